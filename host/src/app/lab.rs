@@ -1,0 +1,216 @@
+//! The reference lab (DESIGN.md §3): each acknowledgement strategy against a
+//! handler that writes an invoice and then fails, and the duplicate case. Every
+//! number printed is read back from the database and the broker.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use anyhow::Context;
+use sqlx::PgPool;
+use tokio::sync::mpsc;
+
+use super::native_billing::NativeBilling;
+use super::{connect, Delivery, Pipeline, PipelineLimits, StopWhen, Verdict};
+use crate::cli::LabArgs;
+use crate::embedded::{Durability, LocalBroker, TempPostgres};
+use crate::inbox::{self, CommitOn, Outcome, Runner, RunnerSettings, Strategy};
+use crate::kafka::{self, Backoff, Consumer, ConsumerSettings, IdSources, OutgoingRecord};
+
+/// One printed row of the lab.
+pub type LabRow = String;
+
+/// Where the lab runs: the given broker and database, or throwaway ones.
+struct Stage {
+    brokers: String,
+    pool: PgPool,
+    run: String,
+    _broker: Option<LocalBroker>,
+    _postgres: Option<TempPostgres>,
+}
+
+pub async fn lab(args: LabArgs) -> anyhow::Result<Vec<LabRow>> {
+    let stage = Stage::new(args).await?;
+    let strategies = [
+        ("at-most-once", Strategy::AtMostOnce),
+        ("at-least-once, on-persist", Strategy::AtLeastOnce(CommitOn::Persist)),
+        ("at-least-once, on-success", Strategy::AtLeastOnce(CommitOn::Success)),
+        ("exactly-once-inbox", Strategy::ExactlyOnceInbox),
+    ];
+    let (a, b, c, d, dup) = tokio::join!(
+        stage.failing_handler(strategies[0].0, strategies[0].1),
+        stage.failing_handler(strategies[1].0, strategies[1].1),
+        stage.failing_handler(strategies[2].0, strategies[2].1),
+        stage.failing_handler(strategies[3].0, strategies[3].1),
+        stage.duplicate(),
+    );
+    Ok(vec![a?, b?, c?, d?, dup?])
+}
+
+impl Stage {
+    async fn new(args: LabArgs) -> anyhow::Result<Self> {
+        let (broker, brokers) = match args.brokers {
+            Some(b) => (None, b),
+            None => {
+                let broker = LocalBroker::start()?;
+                let bootstrap = broker.bootstrap().to_string();
+                (Some(broker), bootstrap)
+            }
+        };
+        let (postgres, url) = match args.database_url {
+            Some(url) => (None, url),
+            None => {
+                let pg = tokio::task::spawn_blocking(|| TempPostgres::start(Durability::Throwaway)).await??;
+                let url = pg.url();
+                (Some(pg), url)
+            }
+        };
+        let pool = connect(&url).await?;
+        inbox::migrate(&pool).await.context("applying migrations")?;
+        inbox::apply_example_tables(&pool).await?;
+        let nanos = SystemTime::now().duration_since(UNIX_EPOCH)?.as_nanos();
+        Ok(Self {
+            brokers,
+            pool,
+            run: format!("{}-{nanos}", std::process::id()),
+            _broker: broker,
+            _postgres: postgres,
+        })
+    }
+
+    /// One message; the first consumer's handler writes an invoice and fails; a
+    /// fresh consumer in the same group then gets whatever is left.
+    async fn failing_handler(&self, name: &str, strategy: Strategy) -> anyhow::Result<LabRow> {
+        let slug = name.replace([',', ' '], "");
+        let (topic, group, id) = self.names(&slug);
+        let offset = self.publish(&topic, &id, 1).await?[0];
+        let handler = Arc::new(NativeBilling {
+            fail_after_write: true,
+            ..NativeBilling::default()
+        });
+        let first = self.consume_once(&topic, &group, strategy, handler.clone()).await?;
+        let first = first.context("the first consumer received nothing")?;
+        let committed = self.committed_past(&group, &topic, offset).await?;
+
+        let fixed = Arc::new(NativeBilling::default());
+        let second = self.consume_once(&topic, &group, strategy, fixed.clone()).await?;
+        let runs = handler.runs.load(Ordering::SeqCst) + fixed.runs.load(Ordering::SeqCst);
+        let second = match second {
+            None => "nothing delivered".to_string(),
+            Some(d) => format!("processed={}", is_processed(&d)),
+        };
+        Ok(format!(
+            "{name}  first: processed={} committed={committed}  second consumer: {second}  handler ran={runs} invoices={}",
+            is_processed(&first),
+            self.invoices(&id).await?
+        ))
+    }
+
+    /// The same message on the topic twice, default strategy, one consumer per
+    /// delivery so each delivery's numbers are read before the next.
+    async fn duplicate(&self) -> anyhow::Result<LabRow> {
+        let (topic, group, id) = self.names("duplicate");
+        let offsets = self.publish(&topic, &id, 2).await?;
+        let mut parts = Vec::new();
+        for (n, offset) in offsets.iter().enumerate() {
+            let handler = Arc::new(NativeBilling::default());
+            let delivery = self
+                .consume_once(&topic, &group, Strategy::ExactlyOnceInbox, handler)
+                .await?
+                .with_context(|| format!("delivery {} never arrived", n + 1))?;
+            parts.push(format!(
+                "delivery {}: processed={} duplicate={} committed={} invoices={}",
+                n + 1,
+                is_processed(&delivery),
+                delivery.verdict == Verdict::Handled(Outcome::Duplicate),
+                self.committed_past(&group, &topic, *offset).await?,
+                self.invoices(&id).await?
+            ));
+        }
+        Ok(format!("duplicate  {}", parts.join("  ")))
+    }
+
+    fn names(&self, slug: &str) -> (String, String, String) {
+        let base = format!("lab-{slug}-{}", self.run);
+        (base.clone(), base.clone(), format!("{base}-order"))
+    }
+
+    /// Publishes `copies` identical records (same message id); returns their offsets.
+    async fn publish(&self, topic: &str, id: &str, copies: usize) -> anyhow::Result<Vec<i64>> {
+        let record = OutgoingRecord {
+            topic: topic.to_string(),
+            partition: Some(0),
+            key: Some(id.as_bytes().to_vec()),
+            headers: vec![("message_id".into(), id.as_bytes().to_vec())],
+            payload: serde_json::json!({ "order_id": id, "amount": 42 }).to_string().into_bytes(),
+        };
+        let placed = kafka::produce(&self.brokers, &vec![record; copies]).await?;
+        Ok(placed.into_iter().map(|(_, offset)| offset).collect())
+    }
+
+    /// Runs a fresh consumer in `group` until it handled one record or has
+    /// nothing left to receive; returns what it received.
+    async fn consume_once(
+        &self,
+        topic: &str,
+        group: &str,
+        strategy: Strategy,
+        handler: Arc<NativeBilling>,
+    ) -> anyhow::Result<Option<Delivery>> {
+        let consumer = Consumer::join(&ConsumerSettings {
+            brokers: self.brokers.clone(),
+            group: group.to_string(),
+            topics: vec![topic.to_string()],
+            id_sources: IdSources::default(),
+            backoff: Backoff {
+                initial: std::time::Duration::from_millis(100),
+                max: std::time::Duration::from_secs(1),
+            },
+            extra: vec![],
+        })?;
+        let (observer, mut seen) = mpsc::unbounded_channel();
+        let pipeline = Pipeline {
+            consumer,
+            runner: Runner::new(
+                self.pool.clone(),
+                RunnerSettings {
+                    group: group.to_string(),
+                    worker_id: "lab".into(),
+                    strategy,
+                    lock_timeout: std::time::Duration::from_secs(2),
+                    statement_timeout: std::time::Duration::from_secs(10),
+                },
+            ),
+            source: handler,
+            limits: PipelineLimits {
+                max_message_bytes: 1 << 20,
+                max_attempts: None,
+            },
+            observer: Some(observer),
+        };
+        let stop = StopWhen {
+            after_deliveries: Some(1),
+            caught_up: true,
+        };
+        pipeline.run(std::future::pending(), stop).await?;
+        Ok(seen.try_recv().ok())
+    }
+
+    async fn committed_past(&self, group: &str, topic: &str, offset: i64) -> anyhow::Result<bool> {
+        let (brokers, group, topic) = (self.brokers.clone(), group.to_string(), topic.to_string());
+        let committed =
+            tokio::task::spawn_blocking(move || kafka::committed_offset(&brokers, &group, &topic, 0)).await??;
+        Ok(committed.is_some_and(|next| next > offset))
+    }
+
+    async fn invoices(&self, message_id: &str) -> anyhow::Result<i64> {
+        Ok(sqlx::query_scalar("SELECT count(*) FROM public.invoices WHERE message_id = $1")
+            .bind(message_id)
+            .fetch_one(&self.pool)
+            .await?)
+    }
+}
+
+fn is_processed(delivery: &Delivery) -> bool {
+    delivery.verdict == Verdict::Handled(Outcome::Processed)
+}

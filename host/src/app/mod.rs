@@ -1,0 +1,98 @@
+//! The composition root: the only module that knows Kafka, the inbox runner and
+//! the plugin runtime together.
+
+mod dev;
+mod lab;
+mod native_billing;
+mod pipeline;
+mod settings;
+
+use std::future::Future;
+use std::time::Duration;
+
+use anyhow::Context;
+use sqlx::postgres::{PgPool, PgPoolOptions};
+
+pub use dev::dev;
+pub use lab::{lab, LabRow};
+pub use native_billing::NativeBilling;
+pub use pipeline::{Delivery, HandlerSource, Pipeline, PipelineLimits, StopWhen, Verdict};
+pub use settings::RunSettings;
+
+use crate::inbox::{self, Runner};
+use crate::kafka::Consumer;
+use crate::plugin::{Plugin, PluginCell, Runtime};
+
+/// Runs `inbox-host` with a plugin until `shutdown` resolves.
+pub async fn run(settings: RunSettings, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
+    let pool = connect(&settings.database_url).await?;
+    inbox::migrate(&pool).await.context("applying migrations")?;
+
+    let runtime = Runtime::new(settings.sandbox.clone())?;
+    let plugin = load_plugin(&runtime, &settings.plugin).await?;
+    tracing::info!(
+        plugin = %settings.plugin.display(),
+        digest = plugin.digest(),
+        group = %settings.runner.group,
+        strategy = %settings.runner.strategy,
+        worker_id = %settings.runner.worker_id,
+        "plugin loaded; joining the consumer group"
+    );
+    let cell = PluginCell::new(plugin);
+
+    let consumer = Consumer::join(&settings.consumer)
+        .with_context(|| format!("joining group {} at {}", settings.consumer.group, settings.consumer.brokers))?;
+    let pipeline = Pipeline {
+        consumer,
+        runner: Runner::new(pool, settings.runner.clone()),
+        source: cell,
+        limits: settings.limits.clone(),
+        observer: None,
+    };
+    pipeline.run(shutdown, StopWhen::default()).await?;
+    tracing::info!("stopped: in-flight message finished, offsets committed, group left");
+    Ok(())
+}
+
+/// Applies the host's migrations.
+pub async fn migrate(database_url: &str) -> anyhow::Result<()> {
+    let pool = connect(database_url).await?;
+    inbox::migrate(&pool).await.context("applying migrations")?;
+    Ok(())
+}
+
+/// Validates a plugin offline; returns its digest.
+pub async fn check(path: &std::path::Path) -> anyhow::Result<String> {
+    let runtime = Runtime::new(Default::default())?;
+    let plugin = load_plugin(&runtime, path).await?;
+    Ok(plugin.digest().to_string())
+}
+
+/// Compiles a plugin off the async threads and instantiates it once in the sandbox.
+pub async fn load_plugin(runtime: &Runtime, path: &std::path::Path) -> anyhow::Result<Plugin> {
+    let (runtime, owned) = (runtime.clone(), path.to_path_buf());
+    let plugin = tokio::task::spawn_blocking(move || Plugin::load(&runtime, &owned)).await??;
+    plugin.check_instantiation().await?;
+    Ok(plugin)
+}
+
+pub(crate) async fn connect(url: &str) -> anyhow::Result<PgPool> {
+    PgPoolOptions::new()
+        .max_connections(4)
+        .acquire_timeout(Duration::from_secs(10))
+        .connect(url)
+        .await
+        .with_context(|| format!("cannot connect to PostgreSQL at {}: check --database-url / DATABASE_URL", redact(url)))
+}
+
+/// The URL without its password, for messages.
+fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            let userinfo = &url[scheme + 3..at];
+            let user = userinfo.split(':').next().unwrap_or_default();
+            format!("{}{user}{}", &url[..scheme + 3], &url[at..])
+        }
+        _ => url.to_string(),
+    }
+}

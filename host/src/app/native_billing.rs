@@ -1,0 +1,59 @@
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::inbox::{FailureKind, Handler, HandlerError, Message, Tx};
+
+/// The billing handler written natively in Rust: the same INSERT the billing
+/// plugin does, through the same runner. The lab uses it (optionally failing
+/// after the write) and the benchmark compares the plugin against it.
+#[derive(Debug, Default)]
+pub struct NativeBilling {
+    /// Fail after writing the invoice (the lab's "handler that fails halfway").
+    pub fail_after_write: bool,
+    /// How many times the handler ran.
+    pub runs: AtomicU64,
+}
+
+#[derive(serde::Deserialize)]
+struct Order {
+    order_id: serde_json::Value,
+    amount: f64,
+}
+
+impl Handler for NativeBilling {
+    fn version(&self) -> &str {
+        "native:billing"
+    }
+
+    async fn handle(&self, message: &Message, mut tx: Tx) -> (Tx, Result<(), HandlerError>) {
+        self.runs.fetch_add(1, Ordering::SeqCst);
+        let order: Order = match serde_json::from_slice(&message.payload) {
+            Ok(o) => o,
+            Err(e) => {
+                let error = HandlerError::new(FailureKind::HandlerError, false, format!("payload is not an order: {e}"));
+                return (tx, Err(error));
+            }
+        };
+        let order_id = match order.order_id {
+            serde_json::Value::String(s) => s,
+            other => other.to_string(),
+        };
+        let inserted = sqlx::query(
+            "INSERT INTO public.invoices (order_id, amount, message_id, marker) VALUES ($1, $2::float8, $3, 'native')",
+        )
+        .bind(order_id)
+        .bind(order.amount)
+        .bind(&message.message_id)
+        .execute(&mut *tx)
+        .await;
+        let verdict = match inserted {
+            Err(e) => Err(HandlerError::new(FailureKind::HandlerError, true, e.to_string())),
+            Ok(_) if self.fail_after_write => Err(HandlerError::new(
+                FailureKind::HandlerError,
+                true,
+                "the lab's handler fails after writing its invoice",
+            )),
+            Ok(_) => Ok(()),
+        };
+        (tx, verdict)
+    }
+}

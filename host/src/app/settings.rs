@@ -1,0 +1,103 @@
+//! Turning command-line arguments into checked settings, with messages that say
+//! what to pass.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+
+use crate::cli::{CommitOnArg, RunArgs, StrategyArg};
+use crate::inbox::{CommitOn, RunnerSettings, Strategy};
+use crate::kafka::{Backoff, ConsumerSettings, IdSources};
+use crate::plugin::SandboxLimits;
+
+use super::PipelineLimits;
+
+/// Everything `inbox-host run` needs, checked.
+#[derive(Debug, Clone)]
+pub struct RunSettings {
+    pub plugin: PathBuf,
+    pub database_url: String,
+    pub consumer: ConsumerSettings,
+    pub runner: RunnerSettings,
+    pub limits: PipelineLimits,
+    pub sandbox: SandboxLimits,
+}
+
+impl RunSettings {
+    pub fn from_args(args: RunArgs) -> anyhow::Result<Self> {
+        let Some(plugin) = args.plugin else {
+            bail!("no plugin given: pass --plugin path/to/handler.wasm or set INBOX_PLUGIN");
+        };
+        let Some(group) = args.group.filter(|g| !g.trim().is_empty()) else {
+            bail!("no consumer group given: pass --group <name> or set INBOX_GROUP");
+        };
+        let topics: Vec<String> = args.topics.into_iter().filter(|t| !t.trim().is_empty()).collect();
+        if topics.is_empty() {
+            bail!("no topic to consume: pass --topic <name> (repeatable) or set INBOX_TOPIC=a,b");
+        }
+        let Some(database_url) = args.database.database_url else {
+            bail!("DATABASE_URL is not set: pass --database-url postgres://... or export DATABASE_URL");
+        };
+        let strategy = match (args.strategy, args.commit_on) {
+            (StrategyArg::AtMostOnce, _) => Strategy::AtMostOnce,
+            (StrategyArg::AtLeastOnce, CommitOnArg::OnPersist) => Strategy::AtLeastOnce(CommitOn::Persist),
+            (StrategyArg::AtLeastOnce, CommitOnArg::OnSuccess) => Strategy::AtLeastOnce(CommitOn::Success),
+            (StrategyArg::ExactlyOnceInbox, _) => Strategy::ExactlyOnceInbox,
+        };
+        let extra = args
+            .kafka_opts
+            .iter()
+            .filter(|o| !o.trim().is_empty())
+            .map(|o| {
+                o.split_once('=')
+                    .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+                    .with_context(|| format!("--kafka-opt `{o}` is not key=value (e.g. --kafka-opt security.protocol=ssl)"))
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        let id_sources: IdSources = args
+            .message_id
+            .parse()
+            .map_err(|e: String| anyhow::anyhow!("--message-id: {e}"))?;
+        let worker_id = args.worker_id.unwrap_or_else(default_worker_id);
+        if args.retry_initial_ms == 0 || args.retry_max_ms < args.retry_initial_ms {
+            bail!("--retry-initial-ms must be > 0 and <= --retry-max-ms");
+        }
+        Ok(Self {
+            plugin,
+            database_url,
+            consumer: ConsumerSettings {
+                brokers: args.brokers,
+                group: group.clone(),
+                topics,
+                id_sources,
+                backoff: Backoff {
+                    initial: Duration::from_millis(args.retry_initial_ms),
+                    max: Duration::from_millis(args.retry_max_ms),
+                },
+                extra,
+            },
+            runner: RunnerSettings {
+                group,
+                worker_id,
+                strategy,
+                lock_timeout: Duration::from_millis(args.lock_timeout_ms.max(1)),
+                statement_timeout: Duration::from_millis(args.statement_timeout_ms.max(1)),
+            },
+            limits: PipelineLimits {
+                max_message_bytes: args.max_message_bytes,
+                max_attempts: args.max_attempts.filter(|n| *n > 0),
+            },
+            sandbox: SandboxLimits {
+                deadline: Duration::from_millis(args.guest_deadline_ms.max(1)),
+                memory_bytes: args.guest_memory_mib.max(1) << 20,
+                ..SandboxLimits::default()
+            },
+        })
+    }
+}
+
+/// `<host name>-<pid>`.
+pub fn default_worker_id() -> String {
+    format!("{}-{}", gethostname::gethostname().to_string_lossy(), std::process::id())
+}

@@ -1,0 +1,150 @@
+//! The command line. Every flag can also come from the environment variable named
+//! in its help; flags win over the environment.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "inbox-host",
+    version,
+    about = "Runs a WebAssembly handler for a Kafka consumer group inside a PostgreSQL transactional inbox",
+    args_conflicts_with_subcommands = true
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+    #[command(flatten)]
+    pub run: RunArgs,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Consume with a plugin (the default when no subcommand is given).
+    Run(RunArgs),
+    /// Apply the host's migrations (inbox and dead-letter tables) and exit.
+    Migrate(DatabaseArgs),
+    /// Validate a plugin offline: a component, of the handler world, instantiable in
+    /// the sandbox. Prints its digest.
+    Check {
+        /// The plugin file to check.
+        plugin: PathBuf,
+    },
+    /// Run the reference lab: each acknowledgement strategy against a handler that
+    /// writes an invoice and fails, plus the duplicate case.
+    Lab(LabArgs),
+    /// Start a throwaway PostgreSQL and a local Kafka-protocol broker for trying
+    /// inbox-host out; prints the environment to use and runs until Ctrl-C.
+    Dev(DevArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct DatabaseArgs {
+    /// PostgreSQL URL, e.g. postgres://user@localhost/app.
+    #[arg(long, env = "DATABASE_URL")]
+    pub database_url: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum StrategyArg {
+    AtMostOnce,
+    AtLeastOnce,
+    ExactlyOnceInbox,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum CommitOnArg {
+    OnPersist,
+    OnSuccess,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct RunArgs {
+    /// The handler plugin (a wasm32-wasip2 component). Replacing the file, or
+    /// SIGHUP, hot-swaps it.
+    #[arg(long, env = "INBOX_PLUGIN")]
+    pub plugin: Option<PathBuf>,
+    /// Kafka consumer group; also the inbox's consumer_group key.
+    #[arg(long, env = "INBOX_GROUP")]
+    pub group: Option<String>,
+    /// Topic to consume (repeat, or comma-separate in INBOX_TOPIC).
+    #[arg(long = "topic", env = "INBOX_TOPIC", value_delimiter = ',')]
+    pub topics: Vec<String>,
+    /// Kafka bootstrap servers.
+    #[arg(long, env = "KAFKA_BROKERS", default_value = "localhost:9092")]
+    pub brokers: String,
+    #[command(flatten)]
+    pub database: DatabaseArgs,
+    /// When the offset is committed relative to the transaction.
+    #[arg(long, env = "INBOX_STRATEGY", value_enum, default_value = "exactly-once-inbox")]
+    pub strategy: StrategyArg,
+    /// For at-least-once: commit after every transaction (on-persist) or only
+    /// successful ones (on-success).
+    #[arg(long, env = "INBOX_COMMIT_ON", value_enum, default_value = "on-success")]
+    pub commit_on: CommitOnArg,
+    /// Written on every inbox row; default: host name and process id.
+    #[arg(long, env = "INBOX_WORKER_ID")]
+    pub worker_id: Option<String>,
+    /// Extra librdkafka property, key=value (repeatable).
+    #[arg(long = "kafka-opt", env = "INBOX_KAFKA_OPTS", value_delimiter = ',')]
+    pub kafka_opts: Vec<String>,
+    /// Where message ids come from, in order: header:<name>, json:<field>, coordinates.
+    #[arg(long, env = "INBOX_MESSAGE_ID", default_value = "header:message_id,header:event_id,json:event_id,coordinates")]
+    pub message_id: String,
+    /// Records larger than this are set aside as dead letters instead of handled.
+    #[arg(long, env = "INBOX_MAX_MESSAGE_BYTES", default_value_t = 1 << 20)]
+    pub max_message_bytes: usize,
+    /// Set a record aside as a dead letter after this many failures in a row
+    /// (default: retry forever, holding its partition).
+    #[arg(long, env = "INBOX_MAX_ATTEMPTS")]
+    pub max_attempts: Option<u32>,
+    /// First retry delay after a failure, in milliseconds (doubles each time).
+    #[arg(long, env = "INBOX_RETRY_INITIAL_MS", default_value_t = 200)]
+    pub retry_initial_ms: u64,
+    /// Longest retry delay, in milliseconds.
+    #[arg(long, env = "INBOX_RETRY_MAX_MS", default_value_t = 30_000)]
+    pub retry_max_ms: u64,
+    /// How long to wait for another worker holding the same inbox row, in ms.
+    #[arg(long, env = "INBOX_LOCK_TIMEOUT_MS", default_value_t = 2_000)]
+    pub lock_timeout_ms: u64,
+    /// Longest any statement may run, in ms.
+    #[arg(long, env = "INBOX_STATEMENT_TIMEOUT_MS", default_value_t = 10_000)]
+    pub statement_timeout_ms: u64,
+    /// Longest a guest may run per message, in ms.
+    #[arg(long, env = "INBOX_GUEST_DEADLINE_MS", default_value_t = 5_000)]
+    pub guest_deadline_ms: u64,
+    /// Most memory a guest instance may use, in MiB.
+    #[arg(long, env = "INBOX_GUEST_MEMORY_MIB", default_value_t = 64)]
+    pub guest_memory_mib: usize,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct LabArgs {
+    /// Use this broker instead of starting a local one.
+    #[arg(long, env = "KAFKA_BROKERS")]
+    pub brokers: Option<String>,
+    /// Use this database instead of starting a throwaway cluster.
+    #[arg(long, env = "DATABASE_URL")]
+    pub database_url: Option<String>,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct DevArgs {
+    /// Topics to create on the local broker.
+    #[arg(long = "topic", default_value = "orders", value_delimiter = ',')]
+    pub topics: Vec<String>,
+    /// Partitions per topic.
+    #[arg(long, default_value_t = 3)]
+    pub partitions: i32,
+    /// Publish this many sample orders to the first topic once started.
+    #[arg(long, default_value_t = 0)]
+    pub sample_orders: u32,
+    /// Start only the broker (use DATABASE_URL's database, or none).
+    #[arg(long)]
+    pub broker_only: bool,
+    /// Write the environment (KAFKA_BROKERS=..., DATABASE_URL=...) to this file
+    /// once everything is up.
+    #[arg(long)]
+    pub env_file: Option<PathBuf>,
+}

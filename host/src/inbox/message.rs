@@ -1,0 +1,21 @@
+/// One record header. `value` is `None` for a null header.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Header {
+    pub key: String,
+    pub value: Option<Vec<u8>>,
+}
+
+/// A message as the runner sees it: where it came from and what it carries.
+///
+/// `message_id` is the inbox key (with the consumer group); the caller decides
+/// where it comes from.
+#[derive(Debug, Clone)]
+pub struct Message {
+    pub message_id: String,
+    pub topic: String,
+    pub partition: i32,
+    pub offset: i64,
+    pub key: Option<Vec<u8>>,
+    pub headers: Vec<Header>,
+    pub payload: Vec<u8>,
+}

@@ -1,0 +1,22 @@
+//! The runner step of the transactional inbox: one PostgreSQL transaction per
+//! message holding the inbox row and the handler's effects.
+//!
+//! Architecture invariant: this module knows nothing about Kafka or WebAssembly.
+//! A message arrives as plain data ([`Message`]); the handler is a trait
+//! ([`Handler`]) that the plugin runtime implements.
+
+mod handler;
+mod message;
+mod outcome;
+mod runner;
+mod schema;
+mod store;
+mod strategy;
+
+pub use handler::{Handler, HandlerError, Tx};
+pub use message::{Header, Message};
+pub use outcome::{FailureKind, Outcome};
+pub use runner::{Runner, RunnerSettings};
+pub use schema::{apply_example_tables, migrate};
+pub use store::{dead_letter, DeadLetter};
+pub use strategy::{CommitOn, Strategy};

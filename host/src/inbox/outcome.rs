@@ -1,0 +1,80 @@
+use std::fmt;
+
+use super::HandlerError;
+
+/// What happened to one message. The caller acts on it: acknowledge, retry later,
+/// or report.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// The handler succeeded and its effects committed with the inbox row.
+    Processed,
+    /// The inbox row was committed by an earlier delivery; the handler did not run.
+    Duplicate,
+    /// Another open transaction holds this message's inbox row; the handler did not
+    /// run. Try again later.
+    Locked,
+    /// Nothing was committed. `error.retryable` says whether trying again can help.
+    Failed(HandlerError),
+}
+
+impl Outcome {
+    pub fn is_failure(&self) -> bool {
+        matches!(self, Outcome::Failed(_) | Outcome::Locked)
+    }
+
+    /// A short word for log lines and metrics.
+    pub fn label(&self) -> &'static str {
+        match self {
+            Outcome::Processed => "processed",
+            Outcome::Duplicate => "duplicate",
+            Outcome::Locked => "locked",
+            Outcome::Failed(_) => "failed",
+        }
+    }
+}
+
+/// The class of a failure, for the outcome, the log line and the metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FailureKind {
+    /// The handler returned an error.
+    HandlerError,
+    /// The guest panicked or hit `unreachable`.
+    Panic,
+    /// The guest ran past its CPU deadline.
+    Deadline,
+    /// The guest tried to grow memory past its cap.
+    Memory,
+    /// The guest overflowed its stack.
+    Stack,
+    /// A guest statement was refused by the host's SQL rules.
+    DbRule,
+    /// The handler returned ok, but its transaction was no longer committable (a
+    /// statement failed and aborted it, or it was ended or replaced).
+    TransactionBroken,
+    /// Any other trap inside the guest.
+    Trap,
+    /// The host could not talk to the database.
+    Database,
+}
+
+impl FailureKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FailureKind::HandlerError => "handler-error",
+            FailureKind::Panic => "panic",
+            FailureKind::Deadline => "deadline",
+            FailureKind::Memory => "memory",
+            FailureKind::Stack => "stack",
+            FailureKind::DbRule => "db-rule",
+            FailureKind::TransactionBroken => "transaction-broken",
+            FailureKind::Trap => "trap",
+            FailureKind::Database => "database",
+        }
+    }
+}
+
+impl fmt::Display for FailureKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}

@@ -1,0 +1,146 @@
+//! The SQL of the runner. Every statement here is the host's, on the host's role.
+
+use std::time::Duration;
+
+use sqlx::{PgConnection, PgPool};
+
+use super::Message;
+
+/// What inserting the inbox row told us.
+pub(super) enum Claim {
+    /// The row is ours; `xid` identifies the transaction it lives in.
+    New { xid: String },
+    /// A committed row already exists.
+    Duplicate,
+    /// Another open transaction holds the row and did not finish within `lock_timeout`.
+    Locked,
+}
+
+/// Who is claiming and how long it may wait.
+pub(super) struct ClaimBy<'a> {
+    pub group: &'a str,
+    pub worker_id: &'a str,
+    pub version: &'a str,
+    pub lock_timeout: Duration,
+    pub statement_timeout: Duration,
+}
+
+const LOCK_NOT_AVAILABLE: &str = "55P03";
+
+/// Sets the transaction's timeouts and inserts the inbox row in one round trip.
+///
+/// The `set_config` calls sit in the row source so they take effect before the
+/// insert can wait on another transaction's uncommitted row: that wait is bounded
+/// by `lock_timeout` and ends as *locked* instead of blocking forever.
+pub(super) async fn claim(
+    conn: &mut PgConnection,
+    message: &Message,
+    by: &ClaimBy<'_>,
+) -> Result<Claim, sqlx::Error> {
+    let inserted: Result<Option<String>, sqlx::Error> = sqlx::query_scalar(
+        "INSERT INTO inbox_host.inbox
+             (message_id, consumer_group, worker_id, plugin_digest, topic, kafka_partition, kafka_offset)
+         SELECT $1, $2, $3, $4, $5, $6, $7
+         FROM (SELECT set_config('lock_timeout', $8, true),
+                      set_config('statement_timeout', $9, true)) AS transaction_limits
+         ON CONFLICT (message_id, consumer_group) DO NOTHING
+         RETURNING pg_current_xact_id()::text",
+    )
+    .bind(&message.message_id)
+    .bind(by.group)
+    .bind(by.worker_id)
+    .bind(by.version)
+    .bind(&message.topic)
+    .bind(message.partition)
+    .bind(message.offset)
+    .bind(millis(by.lock_timeout))
+    .bind(millis(by.statement_timeout))
+    .fetch_optional(&mut *conn)
+    .await;
+    match inserted {
+        Ok(Some(xid)) => Ok(Claim::New { xid }),
+        Ok(None) => Ok(Claim::Duplicate),
+        Err(e) if sqlstate(&e).as_deref() == Some(LOCK_NOT_AVAILABLE) => Ok(Claim::Locked),
+        Err(e) => Err(e),
+    }
+}
+
+/// Sets the transaction's timeouts without an inbox row; returns the transaction id.
+pub(super) async fn begin_plain(
+    conn: &mut PgConnection,
+    by: &ClaimBy<'_>,
+) -> Result<String, sqlx::Error> {
+    sqlx::query_scalar(
+        "SELECT pg_current_xact_id()::text
+         FROM (SELECT set_config('lock_timeout', $1, true),
+                      set_config('statement_timeout', $2, true)) AS transaction_limits",
+    )
+    .bind(millis(by.lock_timeout))
+    .bind(millis(by.statement_timeout))
+    .fetch_one(conn)
+    .await
+}
+
+/// The id of the transaction `conn` is in now, or an error if it is aborted.
+pub(super) async fn current_xid(conn: &mut PgConnection) -> Result<Option<String>, sqlx::Error> {
+    sqlx::query_scalar("SELECT pg_current_xact_id_if_assigned()::text")
+        .fetch_one(conn)
+        .await
+}
+
+/// A message the host sets aside instead of handling, kept whole for replay.
+pub struct DeadLetter<'a> {
+    pub group: &'a str,
+    pub worker_id: &'a str,
+    pub message: &'a Message,
+    pub message_id: Option<&'a str>,
+    pub reason: &'a str,
+}
+
+/// Records a dead letter in its own transaction. Idempotent per record
+/// (group, topic, partition, offset), so a redelivery does not add a second row.
+pub async fn dead_letter(pool: &PgPool, letter: &DeadLetter<'_>) -> Result<(), sqlx::Error> {
+    let m = letter.message;
+    let headers: Vec<serde_json::Value> = m
+        .headers
+        .iter()
+        .map(|h| {
+            serde_json::json!({
+                "key": h.key,
+                "value": h.value.as_ref().map(|v| String::from_utf8_lossy(v).into_owned()),
+            })
+        })
+        .collect();
+    sqlx::query(
+        "INSERT INTO inbox_host.dead_letters
+             (consumer_group, topic, kafka_partition, kafka_offset, message_id, reason,
+              record_key, headers, payload, worker_id)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+         ON CONFLICT (consumer_group, topic, kafka_partition, kafka_offset) DO NOTHING",
+    )
+    .bind(letter.group)
+    .bind(&m.topic)
+    .bind(m.partition)
+    .bind(m.offset)
+    .bind(letter.message_id)
+    .bind(letter.reason)
+    .bind(m.key.as_deref())
+    .bind(sqlx::types::Json(headers))
+    .bind(&m.payload)
+    .bind(letter.worker_id)
+    .execute(pool)
+    .await?;
+    Ok(())
+}
+
+/// The SQLSTATE of a database error, if it is one.
+pub(crate) fn sqlstate(error: &sqlx::Error) -> Option<String> {
+    error
+        .as_database_error()
+        .and_then(|e| e.code())
+        .map(|c| c.into_owned())
+}
+
+fn millis(d: Duration) -> String {
+    format!("{}ms", d.as_millis())
+}

@@ -1,0 +1,74 @@
+use std::fmt;
+use std::str::FromStr;
+
+/// When, relative to the transaction, the consumer's offset is committed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Strategy {
+    /// Offset committed before the transaction starts: a failure loses the message.
+    AtMostOnce,
+    /// Offset committed after the transaction per [`CommitOn`]; no inbox row, so
+    /// duplicates reach the handler.
+    AtLeastOnce(CommitOn),
+    /// Offset committed only after a successful commit; the inbox row turns
+    /// duplicates and locked rows into outcomes the runner handles.
+    #[default]
+    ExactlyOnceInbox,
+}
+
+/// For `at-least-once`: which transaction results acknowledge the message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CommitOn {
+    /// After the transaction, whatever happened to it.
+    Persist,
+    /// Only after a successful commit.
+    #[default]
+    Success,
+}
+
+impl Strategy {
+    /// Whether the runner inserts an inbox row (and so detects duplicates).
+    pub fn uses_inbox(self) -> bool {
+        self == Strategy::ExactlyOnceInbox
+    }
+
+    /// Whether the offset is committed before the transaction starts.
+    pub fn commits_before(self) -> bool {
+        self == Strategy::AtMostOnce
+    }
+
+    /// Whether a message with this outcome is acknowledged after the transaction.
+    /// Failures that are not acknowledged are retried from the same offset.
+    pub fn commits_after(self, outcome: &super::Outcome) -> bool {
+        use super::Outcome::*;
+        match (self, outcome) {
+            (Strategy::AtMostOnce, _) => false,
+            (_, Processed | Duplicate) => true,
+            (Strategy::AtLeastOnce(CommitOn::Persist), Failed(_) | Locked) => true,
+            (_, Failed(_) | Locked) => false,
+        }
+    }
+}
+
+impl fmt::Display for Strategy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Strategy::AtMostOnce => "at-most-once",
+            Strategy::AtLeastOnce(CommitOn::Persist) => "at-least-once (commit on-persist)",
+            Strategy::AtLeastOnce(CommitOn::Success) => "at-least-once (commit on-success)",
+            Strategy::ExactlyOnceInbox => "exactly-once-inbox",
+        })
+    }
+}
+
+impl FromStr for CommitOn {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "on-persist" | "persist" => Ok(CommitOn::Persist),
+            "on-success" | "success" => Ok(CommitOn::Success),
+            other => Err(format!(
+                "unknown commit point `{other}`: use on-persist or on-success"
+            )),
+        }
+    }
+}

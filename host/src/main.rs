@@ -1,0 +1,52 @@
+use std::process::ExitCode;
+
+use clap::Parser;
+use inbox_host::app::{self, RunSettings};
+use inbox_host::cli::{Cli, Command};
+use inbox_host::telemetry;
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    telemetry::init();
+    let cli = Cli::parse();
+    let result = match cli.command.unwrap_or(Command::Run(cli.run)) {
+        Command::Run(args) => match RunSettings::from_args(args) {
+            Ok(settings) => app::run(settings, shutdown_signal()).await,
+            Err(e) => Err(e),
+        },
+        Command::Migrate(db) => match db.database_url {
+            Some(url) => app::migrate(&url).await.map(|()| println!("migrations applied")),
+            None => Err(anyhow::anyhow!(
+                "DATABASE_URL is not set: pass --database-url postgres://... or export DATABASE_URL"
+            )),
+        },
+        Command::Check { plugin } => app::check(&plugin).await.map(|digest| {
+            println!("ok: {} is a valid inbox:host/handler plugin", plugin.display());
+            println!("digest: {digest}");
+        }),
+        Command::Lab(args) => app::lab(args).await.map(|rows| {
+            for row in rows {
+                println!("{row}");
+            }
+        }),
+        Command::Dev(args) => app::dev(args, shutdown_signal()).await,
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Resolves on SIGINT or SIGTERM.
+async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).expect("installing the SIGTERM handler");
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+    tracing::info!("shutdown requested: finishing the in-flight message");
+}

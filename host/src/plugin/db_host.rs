@@ -1,0 +1,78 @@
+//! The host side of the WIT `db` interface: every call runs on the message's
+//! inbox transaction, through sqlx's extended protocol.
+
+use super::bindings::inbox::host::{db, types};
+use super::bindings::{DbError, Rows, Value};
+use super::db_values::{bind_all, keyed_sql, rows_to_values};
+use super::state::GuestState;
+use crate::inbox::Tx;
+
+/// A failure of the database connection itself (not of a statement): the guest
+/// cannot act on it, so it traps and the message is retried.
+#[derive(Debug, thiserror::Error)]
+#[error("database connection failed during a guest statement: {0}")]
+pub(crate) struct ConnectionLost(pub sqlx::Error);
+
+impl types::Host for GuestState {}
+
+impl db::Host for GuestState {
+    async fn execute(
+        &mut self,
+        sql: String,
+        params: Vec<Value>,
+    ) -> wasmtime::Result<Result<u64, DbError>> {
+        let sql = keyed_sql(&sql, &params);
+        let query = match bind_all(sqlx::query(&sql), params) {
+            Ok(q) => q,
+            Err(e) => return Ok(Err(e)),
+        };
+        let tx = transaction(&mut self.tx)?;
+        let done = query.execute(&mut **tx).await;
+        self.settle(done.map(|r| r.rows_affected()))
+    }
+
+    async fn query(
+        &mut self,
+        sql: String,
+        params: Vec<Value>,
+    ) -> wasmtime::Result<Result<Rows, DbError>> {
+        let sql = keyed_sql(&sql, &params);
+        let query = match bind_all(sqlx::query(&sql), params) {
+            Ok(q) => q,
+            Err(e) => return Ok(Err(e)),
+        };
+        let tx = transaction(&mut self.tx)?;
+        let fetched = query.fetch_all(&mut **tx).await;
+        Ok(self.settle(fetched)?.and_then(|rows| {
+            let (columns, rows) = rows_to_values(&rows)?;
+            Ok(Rows { columns, rows })
+        }))
+    }
+}
+
+impl GuestState {
+    /// Turns a statement's result into what the guest sees, remembering the first
+    /// statement PostgreSQL rejected (it aborted the transaction).
+    fn settle<T>(
+        &mut self,
+        result: Result<T, sqlx::Error>,
+    ) -> wasmtime::Result<Result<T, DbError>> {
+        match result {
+            Ok(v) => Ok(Ok(v)),
+            Err(sqlx::Error::Database(e)) => {
+                let error = DbError {
+                    code: e.code().map(|c| c.into_owned()).unwrap_or_default(),
+                    message: e.message().to_string(),
+                };
+                self.failed_statement.get_or_insert_with(|| error.clone());
+                Ok(Err(error))
+            }
+            Err(e) => Err(ConnectionLost(e).into()),
+        }
+    }
+}
+
+fn transaction(tx: &mut Option<Tx>) -> wasmtime::Result<&mut Tx> {
+    tx.as_mut()
+        .ok_or_else(|| wasmtime::format_err!("the db interface is not available outside a message"))
+}

@@ -1,0 +1,118 @@
+use std::path::Path;
+
+use sha2::{Digest, Sha256};
+use wasmtime::component::Component;
+
+use super::bindings::HandlerPre;
+use super::engine::Runtime;
+use super::state::GuestState;
+
+/// Why a file cannot be used as a handler plugin. Each message says what to do.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error("cannot read plugin {path}: {source}")]
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("{path} is not a WebAssembly file (it does not start with the `\\0asm` magic bytes); build a plugin with `cargo build --target wasm32-wasip2 --release`")]
+    NotWasm { path: String },
+    #[error("{path} is a core WebAssembly module, not a component; build it for the wasm32-wasip2 target (or wrap it with `wasm-tools component new`)")]
+    CoreModule { path: String },
+    #[error("{path} is not a valid WebAssembly component: {reason}")]
+    Invalid { path: String, reason: String },
+    #[error("{path} does not match the `inbox:host/handler` world (wit/inbox.wit): {reason}; build it with the inbox-guest SDK against this host's WIT")]
+    WrongWorld { path: String, reason: String },
+    #[error("{path} cannot be instantiated in the sandbox: {reason}")]
+    Instantiate { path: String, reason: String },
+}
+
+/// A compiled handler component, checked against the world, ready to instantiate
+/// once per message.
+pub struct Plugin {
+    pub(super) name: String,
+    pub(super) digest: String,
+    pub(super) pre: HandlerPre<GuestState>,
+    pub(super) runtime: Runtime,
+}
+
+impl std::fmt::Debug for Plugin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Plugin")
+            .field("name", &self.name)
+            .field("digest", &self.digest)
+            .finish()
+    }
+}
+
+const WASM_MAGIC: &[u8] = b"\0asm";
+const CORE_MODULE_LAYER: [u8; 2] = [0, 0];
+
+impl Plugin {
+    /// Reads, compiles and checks a plugin file. Compiling is CPU-heavy: call it
+    /// from a blocking context.
+    pub fn load(runtime: &Runtime, path: &Path) -> Result<Self, LoadError> {
+        let shown = path.display().to_string();
+        let bytes = std::fs::read(path).map_err(|source| LoadError::Read {
+            path: shown.clone(),
+            source,
+        })?;
+        let name = path
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_else(|| shown.clone());
+        Self::from_bytes(runtime, &name, &shown, &bytes)
+    }
+
+    /// Compiles and checks plugin bytes; `shown` names the source in errors.
+    pub fn from_bytes(
+        runtime: &Runtime,
+        name: &str,
+        shown: &str,
+        bytes: &[u8],
+    ) -> Result<Self, LoadError> {
+        let path = shown.to_string();
+        if bytes.len() < 8 || &bytes[..4] != WASM_MAGIC {
+            return Err(LoadError::NotWasm { path });
+        }
+        if bytes[6..8] == CORE_MODULE_LAYER {
+            return Err(LoadError::CoreModule { path });
+        }
+        let component = Component::new(&runtime.engine, bytes).map_err(|e| LoadError::Invalid {
+            path: path.clone(),
+            reason: format!("{e:#}"),
+        })?;
+        let instance_pre =
+            runtime
+                .linker
+                .instantiate_pre(&component)
+                .map_err(|e| LoadError::WrongWorld {
+                    path: path.clone(),
+                    reason: format!("{e:#}"),
+                })?;
+        let pre = HandlerPre::new(instance_pre).map_err(|e| LoadError::WrongWorld {
+            path: path.clone(),
+            reason: format!("{e:#}"),
+        })?;
+        Ok(Self {
+            name: name.to_string(),
+            digest: digest(bytes),
+            pre,
+            runtime: runtime.clone(),
+        })
+    }
+
+    /// The plugin's name (its file stem), used to tag its log lines.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// `sha256:<hex>` of the component bytes: the version stored on inbox rows.
+    pub fn digest(&self) -> &str {
+        &self.digest
+    }
+}
+
+fn digest(bytes: &[u8]) -> String {
+    format!("sha256:{}", hex::encode(Sha256::digest(bytes)))
+}

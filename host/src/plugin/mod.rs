@@ -1,0 +1,18 @@
+//! The WebAssembly side: loading handler components, the sandbox they run in, and
+//! the `db` capability bound to the inbox transaction.
+//!
+//! Architecture invariant: this module knows nothing about Kafka. It implements
+//! [`crate::inbox::Handler`] for a loaded plugin; the runner decides when to commit.
+
+mod bindings;
+mod db_host;
+mod db_values;
+mod engine;
+mod loader;
+mod runtime;
+mod state;
+mod swap;
+
+pub use engine::{Runtime, SandboxLimits};
+pub use loader::{LoadError, Plugin};
+pub use swap::PluginCell;

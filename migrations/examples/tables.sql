@@ -1,0 +1,17 @@
+-- Tables of the example and test plugins. Applied by the lab, the demo and the
+-- tests (never by `inbox-host migrate`): in production a plugin's tables are yours.
+CREATE TABLE IF NOT EXISTS public.invoices (
+    order_id   text    NOT NULL,
+    amount     numeric NOT NULL,
+    message_id text,
+    marker     text
+);
+CREATE TABLE IF NOT EXISTS public.handler_calls (
+    name  text PRIMARY KEY,
+    calls integer NOT NULL DEFAULT 0
+);
+CREATE TABLE IF NOT EXISTS public.sandbox_probe (
+    message_id text,
+    probe      text,
+    outcome    text
+);
