@@ -1,1 +1,156 @@
+//! Shared helpers of the end-to-end tests and the benchmarks: a throwaway
+//! PostgreSQL per test, a local broker, the compiled plugins, the host binary.
 
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use inbox_host::embedded::{Durability, TempPostgres};
+use inbox_host::inbox::{self, Handler, HandlerError, Message, Tx};
+use sqlx::postgres::{PgPool, PgPoolOptions};
+
+pub mod host;
+
+/// A plugin built by `build.rs`, by crate name (`panic-after-write`). Library
+/// components are named with underscores, command components keep their dashes.
+pub fn plugin(name: &str) -> PathBuf {
+    let dir = PathBuf::from(env!("PLUGIN_DIR"));
+    let library = dir.join(format!("{}.wasm", name.replace('-', "_")));
+    if library.is_file() {
+        library
+    } else {
+        dir.join(format!("{name}.wasm"))
+    }
+}
+
+/// `billing` built with the marker `billing-v2`.
+pub fn billing_v2() -> PathBuf {
+    PathBuf::from(env!("PLUGIN_V2_DIR")).join("billing.wasm")
+}
+
+/// A database for one test: a fresh throwaway cluster, or a fresh database on the
+/// server `DATABASE_URL` names. Migrated, with the example tables.
+pub struct TestDb {
+    pub pool: PgPool,
+    pub url: String,
+    _cluster: Option<TempPostgres>,
+}
+
+static DATABASES: AtomicU64 = AtomicU64::new(0);
+
+impl TestDb {
+    pub async fn start() -> Self {
+        Self::start_with(Durability::Throwaway).await
+    }
+
+    pub async fn start_with(durability: Durability) -> Self {
+        let (cluster, url) = match std::env::var("DATABASE_URL") {
+            Ok(server) => (None, fresh_database(&server).await),
+            Err(_) => {
+                let pg = tokio::task::spawn_blocking(move || TempPostgres::start(durability))
+                    .await
+                    .expect("start task")
+                    .expect("starting a throwaway PostgreSQL (run scripts/setup, or set DATABASE_URL)");
+                let url = pg.url();
+                (Some(pg), url)
+            }
+        };
+        let pool = PgPoolOptions::new().max_connections(8).connect(&url).await.expect("connecting");
+        inbox::migrate(&pool).await.expect("migrations");
+        inbox::apply_example_tables(&pool).await.expect("example tables");
+        Self {
+            pool,
+            url,
+            _cluster: cluster,
+        }
+    }
+
+    /// Runs a `SELECT count(*) ...` (or any single bigint) query.
+    pub async fn count(&self, sql: &str) -> i64 {
+        sqlx::query_scalar(sql).fetch_one(&self.pool).await.expect(sql)
+    }
+
+    pub async fn execute(&self, sql: &str) {
+        sqlx::raw_sql(sql).execute(&self.pool).await.expect(sql);
+    }
+}
+
+async fn fresh_database(server: &str) -> String {
+    let name = format!(
+        "inbox_test_{}_{}",
+        std::process::id(),
+        DATABASES.fetch_add(1, Ordering::SeqCst)
+    );
+    let admin = PgPool::connect(server).await.expect("connecting to DATABASE_URL");
+    sqlx::raw_sql(&format!("CREATE DATABASE {name}"))
+        .execute(&admin)
+        .await
+        .expect("creating a test database");
+    match server.rsplit_once('/') {
+        Some((base, _)) => format!("{base}/{name}"),
+        None => panic!("DATABASE_URL must end in /<database>"),
+    }
+}
+
+/// A unique name for topics and groups, so tests can share a broker.
+pub fn unique(prefix: &str) -> String {
+    static N: AtomicU64 = AtomicU64::new(0);
+    format!("{prefix}-{}-{}", std::process::id(), N.fetch_add(1, Ordering::SeqCst))
+}
+
+/// An order message as the billing plugin expects it.
+pub fn order(id: &str, amount: i64) -> Message {
+    Message {
+        message_id: id.to_string(),
+        topic: "orders".into(),
+        partition: 0,
+        offset: 0,
+        key: Some(id.as_bytes().to_vec()),
+        headers: vec![],
+        payload: serde_json::json!({ "order_id": id, "amount": amount }).to_string().into_bytes(),
+    }
+}
+
+/// Wraps a handler and counts how often it really ran: outside any transaction,
+/// so a rolled-back run still counts.
+pub struct Counting<H> {
+    pub inner: H,
+    pub calls: AtomicU64,
+}
+
+impl<H> Counting<H> {
+    pub fn new(inner: H) -> Self {
+        Self {
+            inner,
+            calls: AtomicU64::new(0),
+        }
+    }
+
+    pub fn calls(&self) -> u64 {
+        self.calls.load(Ordering::SeqCst)
+    }
+}
+
+impl<H: Handler> Handler for Counting<H> {
+    fn version(&self) -> &str {
+        self.inner.version()
+    }
+
+    async fn handle(&self, message: &Message, tx: Tx) -> (Tx, Result<(), HandlerError>) {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        self.inner.handle(message, tx).await
+    }
+}
+
+/// Polls `condition` every 50 ms until it holds; panics with `what` after `limit`.
+pub async fn wait_until<F, Fut>(what: &str, limit: Duration, mut condition: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let start = Instant::now();
+    while !condition().await {
+        assert!(start.elapsed() < limit, "timed out after {limit:?} waiting for: {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

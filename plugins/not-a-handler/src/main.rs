@@ -1,0 +1,3 @@
+fn main() {
+    println!("I am a command, not a handler");
+}

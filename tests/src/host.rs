@@ -1,0 +1,110 @@
+//! The real `inbox-host` binary as a child process, its stderr kept for asserts.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Output, Stdio};
+
+/// Path of the `inbox-host` binary next to this test binary (scripts/test
+/// builds it first).
+pub fn bin() -> PathBuf {
+    let exe = std::env::current_exe().expect("current exe");
+    let profile_dir = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .expect("test binaries live in target/<profile>/deps");
+    let bin = profile_dir.join("inbox-host");
+    assert!(
+        bin.is_file(),
+        "{} is missing: build it with `cargo build -p inbox-host` (scripts/test does)",
+        bin.display()
+    );
+    bin
+}
+
+/// Runs `inbox-host <args>` to completion with a clean environment of ours.
+pub fn run(args: &[&str], env: &[(&str, &str)]) -> Output {
+    command(args, env).output().expect("running inbox-host")
+}
+
+fn command(args: &[&str], env: &[(&str, &str)]) -> Command {
+    let mut command = Command::new(bin());
+    command.args(args);
+    for var in ["DATABASE_URL", "KAFKA_BROKERS", "INBOX_PLUGIN", "INBOX_GROUP", "INBOX_TOPIC"] {
+        command.env_remove(var);
+    }
+    command.env("RUST_LOG", "info");
+    for (k, v) in env {
+        command.env(k, v);
+    }
+    command
+}
+
+/// A running host; killed on drop if still running.
+pub struct Host {
+    pub child: Child,
+    pub log: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Host {
+    pub fn spawn(args: &[&str], env: &[(&str, &str)]) -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let log = dir.path().join("host.log");
+        let file = std::fs::File::create(&log).expect("log file");
+        let child = command(args, env)
+            .stdout(Stdio::null())
+            .stderr(file)
+            .spawn()
+            .expect("spawning inbox-host");
+        Self { child, log, _dir: dir }
+    }
+
+    /// Everything the host logged so far (ANSI colours stripped).
+    pub fn log(&self) -> String {
+        strip_ansi(&std::fs::read_to_string(&self.log).unwrap_or_default())
+    }
+
+    pub fn pid(&self) -> i32 {
+        i32::try_from(self.child.id()).expect("pid fits")
+    }
+
+    /// SIGKILL: no chance to commit anything.
+    pub fn kill_hard(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// SIGTERM and wait for a clean exit; returns whether it exited successfully.
+    pub fn stop(&mut self) -> bool {
+        let _ = Command::new("kill").args(["-TERM", &self.pid().to_string()]).status();
+        self.child.wait().map(|s| s.success()).unwrap_or(false)
+    }
+
+    pub fn is_running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+}
+
+impl Drop for Host {
+    fn drop(&mut self) {
+        if self.is_running() {
+            self.kill_hard();
+        }
+    }
+}
+
+pub fn strip_ansi(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut chars = s.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for d in chars.by_ref() {
+                if d.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
