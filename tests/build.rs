@@ -6,16 +6,33 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 fn main() {
-    let manifest_dir = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"));
-    let root = manifest_dir.parent().expect("tests/ sits in the workspace").to_path_buf();
-    for watched in ["plugins/Cargo.toml", "plugins/Cargo.lock", "guest-sdk/src", "guest-sdk/Cargo.toml", "wit"] {
+    let manifest_dir = PathBuf::from(
+        std::env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"),
+    );
+    let root = manifest_dir
+        .parent()
+        .expect("tests/ sits in the workspace")
+        .to_path_buf();
+    for watched in [
+        "plugins/Cargo.toml",
+        "plugins/Cargo.lock",
+        "guest-sdk/src",
+        "guest-sdk/Cargo.toml",
+        "wit",
+    ] {
         println!("cargo:rerun-if-changed={}", root.join(watched).display());
     }
-    for member in std::fs::read_dir(root.join("plugins")).expect("plugins/ exists").flatten() {
+    for member in std::fs::read_dir(root.join("plugins"))
+        .expect("plugins/ exists")
+        .flatten()
+    {
         let path = member.path();
         if path.join("Cargo.toml").is_file() {
             println!("cargo:rerun-if-changed={}", path.join("src").display());
-            println!("cargo:rerun-if-changed={}", path.join("Cargo.toml").display());
+            println!(
+                "cargo:rerun-if-changed={}",
+                path.join("Cargo.toml").display()
+            );
         }
     }
     println!("cargo:rerun-if-env-changed=CARGO_TARGET_DIR");
@@ -28,15 +45,27 @@ fn main() {
     let v2 = target_root.join("wasm-plugins-v2");
     build(&root, &v1, &[], None);
     build(&root, &v2, &["-p", "billing"], Some("billing-v2"));
-    println!("cargo:rustc-env=PLUGIN_DIR={}", v1.join("wasm32-wasip2/release").display());
-    println!("cargo:rustc-env=PLUGIN_V2_DIR={}", v2.join("wasm32-wasip2/release").display());
+    println!(
+        "cargo:rustc-env=PLUGIN_DIR={}",
+        v1.join("wasm32-wasip2/release").display()
+    );
+    println!(
+        "cargo:rustc-env=PLUGIN_V2_DIR={}",
+        v2.join("wasm32-wasip2/release").display()
+    );
 }
 
 fn build(root: &Path, target_dir: &Path, extra: &[&str], marker: Option<&str>) {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let mut command = Command::new(cargo);
     command
-        .args(["build", "--release", "--target", "wasm32-wasip2", "--manifest-path"])
+        .args([
+            "build",
+            "--release",
+            "--target",
+            "wasm32-wasip2",
+            "--manifest-path",
+        ])
         .arg(root.join("plugins/Cargo.toml"))
         .arg("--target-dir")
         .arg(target_dir)

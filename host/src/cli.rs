@@ -77,20 +77,35 @@ pub struct RunArgs {
     #[command(flatten)]
     pub database: DatabaseArgs,
     /// When the offset is committed relative to the transaction.
-    #[arg(long, env = "INBOX_STRATEGY", value_enum, default_value = "exactly-once-inbox")]
+    #[arg(
+        long,
+        env = "INBOX_STRATEGY",
+        value_enum,
+        default_value = "exactly-once-inbox"
+    )]
     pub strategy: StrategyArg,
     /// For at-least-once: commit after every transaction (on-persist) or only
     /// successful ones (on-success).
-    #[arg(long, env = "INBOX_COMMIT_ON", value_enum, default_value = "on-success")]
+    #[arg(
+        long,
+        env = "INBOX_COMMIT_ON",
+        value_enum,
+        default_value = "on-success"
+    )]
     pub commit_on: CommitOnArg,
     /// Written on every inbox row; default: host name and process id.
     #[arg(long, env = "INBOX_WORKER_ID")]
     pub worker_id: Option<String>,
-    /// Extra librdkafka property, key=value (repeatable).
-    #[arg(long = "kafka-opt", env = "INBOX_KAFKA_OPTS", value_delimiter = ',')]
+    /// Extra librdkafka property, key=value (repeatable; in INBOX_KAFKA_OPTS
+    /// separate them with `;`, since values such as `debug=consumer,fetch` hold commas).
+    #[arg(long = "kafka-opt", env = "INBOX_KAFKA_OPTS", value_delimiter = ';')]
     pub kafka_opts: Vec<String>,
     /// Where message ids come from, in order: header:<name>, json:<field>, coordinates.
-    #[arg(long, env = "INBOX_MESSAGE_ID", default_value = "header:message_id,header:event_id,json:event_id,coordinates")]
+    #[arg(
+        long,
+        env = "INBOX_MESSAGE_ID",
+        default_value = "header:message_id,header:event_id,json:event_id,coordinates"
+    )]
     pub message_id: String,
     /// Records larger than this are set aside as dead letters instead of handled.
     #[arg(long, env = "INBOX_MAX_MESSAGE_BYTES", default_value_t = 1 << 20)]

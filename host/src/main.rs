@@ -15,13 +15,18 @@ async fn main() -> ExitCode {
             Err(e) => Err(e),
         },
         Command::Migrate(db) => match db.database_url {
-            Some(url) => app::migrate(&url).await.map(|()| println!("migrations applied")),
+            Some(url) => app::migrate(&url)
+                .await
+                .map(|()| println!("migrations applied")),
             None => Err(anyhow::anyhow!(
                 "DATABASE_URL is not set: pass --database-url postgres://... or export DATABASE_URL"
             )),
         },
         Command::Check { plugin } => app::check(&plugin).await.map(|digest| {
-            println!("ok: {} is a valid inbox:host/handler plugin", plugin.display());
+            println!(
+                "ok: {} is a valid inbox:host/handler plugin",
+                plugin.display()
+            );
             println!("digest: {digest}");
         }),
         Command::Lab(args) => app::lab(args).await.map(|rows| {

@@ -30,11 +30,17 @@ pub fn load(name: &str) -> Plugin {
 }
 
 async fn invoices(db: &TestDb, id: &str) -> i64 {
-    db.count(&format!("SELECT count(*) FROM invoices WHERE message_id = '{id}'")).await
+    db.count(&format!(
+        "SELECT count(*) FROM invoices WHERE message_id = '{id}'"
+    ))
+    .await
 }
 
 async fn inbox_rows(db: &TestDb, id: &str) -> i64 {
-    db.count(&format!("SELECT count(*) FROM inbox_host.inbox WHERE message_id = '{id}'")).await
+    db.count(&format!(
+        "SELECT count(*) FROM inbox_host.inbox WHERE message_id = '{id}'"
+    ))
+    .await
 }
 
 #[tokio::test]
@@ -54,7 +60,10 @@ async fn billing_processes_a_new_message_into_one_invoice_and_an_inbox_row_with_
     .await
     .expect("inbox row joined to its invoice");
     assert_eq!(digest, billing.digest());
-    assert!(digest.starts_with("sha256:") && digest.len() == 7 + 64, "{digest}");
+    assert!(
+        digest.starts_with("sha256:") && digest.len() == 7 + 64,
+        "{digest}"
+    );
     assert_eq!((amount, marker.as_str()), (25.0, "billing-v1"));
 }
 
@@ -62,11 +71,18 @@ async fn billing_processes_a_new_message_into_one_invoice_and_an_inbox_row_with_
 async fn the_same_message_again_is_a_duplicate_and_the_handler_does_not_run() {
     let db = TestDb::start().await;
     let counted = Counting::new(load("call-counter"));
-    db.execute("INSERT INTO handler_calls (name, calls) VALUES ('call-counter', 0)").await;
+    db.execute("INSERT INTO handler_calls (name, calls) VALUES ('call-counter', 0)")
+        .await;
     let runner = runner(&db);
 
-    assert_eq!(runner.process(&order("o-1", 10), &counted).await, Outcome::Processed);
-    assert_eq!(runner.process(&order("o-1", 10), &counted).await, Outcome::Duplicate);
+    assert_eq!(
+        runner.process(&order("o-1", 10), &counted).await,
+        Outcome::Processed
+    );
+    assert_eq!(
+        runner.process(&order("o-1", 10), &counted).await,
+        Outcome::Duplicate
+    );
 
     assert_eq!(counted.calls(), 1, "the handler ran for the duplicate");
     assert_eq!(db.count("SELECT calls::bigint FROM handler_calls").await, 1);
@@ -80,9 +96,15 @@ async fn a_duplicate_is_per_consumer_group() {
     let mut other = RunnerSettings::clone(runner(&db).settings());
     other.group = "audit".into();
 
-    assert_eq!(runner(&db).process(&order("o-1", 10), &billing).await, Outcome::Processed);
+    assert_eq!(
+        runner(&db).process(&order("o-1", 10), &billing).await,
+        Outcome::Processed
+    );
     let audit = Runner::new(db.pool.clone(), other);
-    assert_eq!(audit.process(&order("o-1", 10), &billing).await, Outcome::Processed);
+    assert_eq!(
+        audit.process(&order("o-1", 10), &billing).await,
+        Outcome::Processed
+    );
     assert_eq!(invoices(&db, "o-1").await, 2);
 }
 
@@ -90,14 +112,24 @@ async fn a_duplicate_is_per_consumer_group() {
 async fn write_then_panic_rolls_back_invoice_and_inbox_row_and_the_next_message_is_processed() {
     let db = TestDb::start().await;
     let runner = runner(&db);
-    let outcome = runner.process(&order("o-1", 10), &load("panic-after-write")).await;
+    let outcome = runner
+        .process(&order("o-1", 10), &load("panic-after-write"))
+        .await;
 
-    let Outcome::Failed(error) = outcome else { panic!("expected a failure, got {outcome:?}") };
+    let Outcome::Failed(error) = outcome else {
+        panic!("expected a failure, got {outcome:?}")
+    };
     assert_eq!(error.kind, FailureKind::Panic);
     assert!(error.message.contains("panicked"), "{}", error.message);
-    assert_eq!((invoices(&db, "o-1").await, inbox_rows(&db, "o-1").await), (0, 0));
+    assert_eq!(
+        (invoices(&db, "o-1").await, inbox_rows(&db, "o-1").await),
+        (0, 0)
+    );
 
-    assert_eq!(runner.process(&order("o-2", 10), &load("billing")).await, Outcome::Processed);
+    assert_eq!(
+        runner.process(&order("o-2", 10), &load("billing")).await,
+        Outcome::Processed
+    );
     assert_eq!(invoices(&db, "o-2").await, 1);
 }
 
@@ -105,27 +137,58 @@ async fn write_then_panic_rolls_back_invoice_and_inbox_row_and_the_next_message_
 async fn write_then_error_rolls_back_both_and_says_it_may_be_retried() {
     let db = TestDb::start().await;
     let runner = runner(&db);
-    let outcome = runner.process(&order("o-1", 10), &load("error-after-write")).await;
+    let outcome = runner
+        .process(&order("o-1", 10), &load("error-after-write"))
+        .await;
 
-    let Outcome::Failed(error) = outcome else { panic!("expected a failure, got {outcome:?}") };
-    assert_eq!((error.kind, error.retryable), (FailureKind::HandlerError, true));
-    assert!(error.message.contains("simulated failure after write"), "{}", error.message);
-    assert_eq!((invoices(&db, "o-1").await, inbox_rows(&db, "o-1").await), (0, 0));
+    let Outcome::Failed(error) = outcome else {
+        panic!("expected a failure, got {outcome:?}")
+    };
+    assert_eq!(
+        (error.kind, error.retryable),
+        (FailureKind::HandlerError, true)
+    );
+    assert!(
+        error.message.contains("simulated failure after write"),
+        "{}",
+        error.message
+    );
+    assert_eq!(
+        (invoices(&db, "o-1").await, inbox_rows(&db, "o-1").await),
+        (0, 0)
+    );
 
     // The message comes back; the fixed handler processes it once.
-    assert_eq!(runner.process(&order("o-1", 10), &load("billing")).await, Outcome::Processed);
-    assert_eq!((invoices(&db, "o-1").await, inbox_rows(&db, "o-1").await), (1, 1));
+    assert_eq!(
+        runner.process(&order("o-1", 10), &load("billing")).await,
+        Outcome::Processed
+    );
+    assert_eq!(
+        (invoices(&db, "o-1").await, inbox_rows(&db, "o-1").await),
+        (1, 1)
+    );
 }
 
 #[tokio::test]
 async fn a_swallowed_db_error_is_never_reported_processed_and_nothing_commits() {
     let db = TestDb::start().await;
-    let outcome = runner(&db).process(&order("o-1", 10), &load("swallow-db-error")).await;
+    let outcome = runner(&db)
+        .process(&order("o-1", 10), &load("swallow-db-error"))
+        .await;
 
-    let Outcome::Failed(error) = outcome else { panic!("expected a failure, got {outcome:?}") };
+    let Outcome::Failed(error) = outcome else {
+        panic!("expected a failure, got {outcome:?}")
+    };
     assert_eq!(error.kind, FailureKind::TransactionBroken);
-    assert!(error.message.contains("23502"), "names the swallowed not-null violation: {}", error.message);
-    assert_eq!((invoices(&db, "o-1").await, inbox_rows(&db, "o-1").await), (0, 0));
+    assert!(
+        error.message.contains("23502"),
+        "names the swallowed not-null violation: {}",
+        error.message
+    );
+    assert_eq!(
+        (invoices(&db, "o-1").await, inbox_rows(&db, "o-1").await),
+        (0, 0)
+    );
 }
 
 #[tokio::test]
@@ -144,10 +207,20 @@ async fn a_row_held_by_another_open_transaction_is_locked_within_the_bound_then_
     let started = Instant::now();
     let outcome = runner(&db).process(&order("o-1", 10), &counted).await;
     assert_eq!(outcome, Outcome::Locked);
-    assert!(started.elapsed() < Duration::from_secs(3), "waited {:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "waited {:?}",
+        started.elapsed()
+    );
     assert_eq!(counted.calls(), 0, "the handler ran on a locked row");
 
     zombie.rollback().await.expect("rollback");
-    assert_eq!(runner(&db).process(&order("o-1", 10), &counted).await, Outcome::Processed);
-    assert_eq!((invoices(&db, "o-1").await, inbox_rows(&db, "o-1").await), (1, 1));
+    assert_eq!(
+        runner(&db).process(&order("o-1", 10), &counted).await,
+        Outcome::Processed
+    );
+    assert_eq!(
+        (invoices(&db, "o-1").await, inbox_rows(&db, "o-1").await),
+        (1, 1)
+    );
 }

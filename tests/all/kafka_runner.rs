@@ -1,1 +1,294 @@
+//! The real `inbox-host` binary against a Kafka-protocol broker and PostgreSQL.
 
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use inbox_host_tests::stage::Stage;
+use inbox_host_tests::{host, plugin, wait_until};
+
+const LONG: Duration = Duration::from_secs(120);
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_lab_reproduces_the_reference_table_exactly_on_the_embedded_default() {
+    let out = tokio::task::spawn_blocking(|| host::run(&["lab"], &[]))
+        .await
+        .expect("lab");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        host::strip_ansi(&String::from_utf8_lossy(&out.stderr))
+    );
+    let expected = [
+        "at-most-once  first: processed=false committed=true  second consumer: nothing delivered  handler ran=1 invoices=0",
+        "at-least-once, on-persist  first: processed=false committed=true  second consumer: nothing delivered  handler ran=1 invoices=0",
+        "at-least-once, on-success  first: processed=false committed=false  second consumer: processed=true  handler ran=2 invoices=1",
+        "exactly-once-inbox  first: processed=false committed=false  second consumer: processed=true  handler ran=2 invoices=1",
+        "duplicate  delivery 1: processed=true duplicate=false committed=true invoices=1  delivery 2: processed=false duplicate=true committed=true invoices=1",
+    ];
+    assert_eq!(stdout.lines().collect::<Vec<_>>(), expected);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn no_offset_past_a_failing_message_is_committed_and_once_it_succeeds_all_eleven_run_once_in_order(
+) {
+    let stage = Stage::new(1).await;
+    stage.db.execute("CREATE TABLE seen (seq bigserial PRIMARY KEY, n int NOT NULL); CREATE TABLE gate (open int);").await;
+    // Message 0 divides by the number of rows in `gate`: it fails until the gate opens.
+    let mut records = vec![stage.record(
+        "m-0",
+        Some(0),
+        "INSERT INTO seen (n) VALUES (0 / (SELECT count(*) FROM gate)::int)",
+    )];
+    for n in 1..=10 {
+        records.push(stage.record(
+            &format!("m-{n}"),
+            Some(0),
+            format!("INSERT INTO seen (n) VALUES ({n})"),
+        ));
+    }
+    stage.produce(records).await;
+    let mut host = stage.spawn_host(&plugin("sql-runner"), &[]);
+
+    wait_until("three failed attempts of message 0", LONG, || async {
+        host.log().matches("message failed").count() >= 3
+    })
+    .await;
+    assert_eq!(
+        stage.committed(0).await.unwrap_or(0),
+        0,
+        "an offset past the failed message was committed"
+    );
+    assert_eq!(
+        stage.db.count("SELECT count(*) FROM seen").await,
+        0,
+        "a later message ran before the failed one"
+    );
+    assert!(host.log().contains("division by zero"), "{}", host.log());
+
+    stage.db.execute("INSERT INTO gate VALUES (1)").await;
+    wait_until("all eleven handled and committed", LONG, || async {
+        stage.committed(0).await == Some(11)
+    })
+    .await;
+    let order: Vec<i32> = sqlx::query_scalar("SELECT n FROM seen ORDER BY seq")
+        .fetch_all(&stage.db.pool)
+        .await
+        .expect("seen");
+    assert_eq!(order, (0..=10).collect::<Vec<_>>());
+    assert_eq!(
+        stage
+            .db
+            .count("SELECT count(*) FROM inbox_host.inbox")
+            .await,
+        11
+    );
+    assert!(
+        host.stop(),
+        "the host did not exit cleanly on SIGTERM:\n{}",
+        host.log()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn five_thousand_messages_survive_three_sigkills_with_no_loss_and_no_duplicate_effect() {
+    const TOTAL: i64 = 5_000;
+    let stage = Stage::new(3).await;
+    stage
+        .produce(
+            (0..TOTAL)
+                .map(|n| stage.order(&format!("order-{n}"), n))
+                .collect(),
+        )
+        .await;
+    let kill_points = random_kill_points(TOTAL);
+    let fast_rejoin = ["--kafka-opt", "session.timeout.ms=6000"];
+
+    for kill_at in kill_points {
+        let mut host = stage.spawn_host(&plugin("billing"), &fast_rejoin);
+        wait_until(
+            &format!("{kill_at} invoices before the kill"),
+            LONG,
+            || async { stage.db.count("SELECT count(*) FROM invoices").await >= kill_at },
+        )
+        .await;
+        host.kill_hard();
+    }
+    let mut host = stage.spawn_host(&plugin("billing"), &fast_rejoin);
+    wait_until("every order invoiced", LONG, || async {
+        stage.db.count("SELECT count(*) FROM invoices").await >= TOTAL
+    })
+    .await;
+    wait_until("every offset committed", LONG, || async {
+        let mut sum = 0;
+        for p in 0..3 {
+            sum += stage.committed(p).await.unwrap_or(0);
+        }
+        sum == TOTAL
+    })
+    .await;
+    assert!(host.stop(), "{}", host.log());
+
+    assert_eq!(stage.db.count("SELECT count(*) FROM invoices").await, TOTAL);
+    assert_eq!(
+        stage
+            .db
+            .count("SELECT count(DISTINCT message_id) FROM invoices")
+            .await,
+        TOTAL
+    );
+    assert_eq!(
+        stage
+            .db
+            .count("SELECT count(*) FROM inbox_host.inbox")
+            .await,
+        TOTAL
+    );
+}
+
+/// Three increasing points in (5%, 85%) of `total`, different each run.
+fn random_kill_points(total: i64) -> Vec<i64> {
+    let mut seed = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("clock")
+        .as_nanos() as u64
+        | 1;
+    let mut points: Vec<i64> = (0..3)
+        .map(|_| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            total / 20 + (seed % (total as u64 * 8 / 10)) as i64
+        })
+        .collect();
+    points.sort();
+    eprintln!("killing the host with SIGKILL at {points:?} invoices");
+    points
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn two_hosts_split_the_partitions_and_a_stopped_hosts_partitions_move_without_loss() {
+    let stage = Stage::new(4).await;
+    let mut a = stage.spawn_host(&plugin("billing"), &["--worker-id", "host-a"]);
+    let mut b = stage.spawn_host(&plugin("billing"), &["--worker-id", "host-b"]);
+    wait_until("both hosts assigned partitions", LONG, || async {
+        a.log().contains("partitions assigned") && b.log().contains("partitions assigned")
+    })
+    .await;
+    stage
+        .produce(
+            (0..200)
+                .map(|n| stage.order(&format!("first-{n}"), n))
+                .collect(),
+        )
+        .await;
+    wait_until("the first 200 invoiced", LONG, || async {
+        stage.db.count("SELECT count(*) FROM invoices").await == 200
+    })
+    .await;
+    let workers = stage
+        .db
+        .count("SELECT count(DISTINCT worker_id) FROM inbox_host.inbox")
+        .await;
+    assert_eq!(
+        workers, 2,
+        "both hosts should have handled part of the stream"
+    );
+
+    assert!(a.stop(), "host a did not stop cleanly:\n{}", a.log());
+    stage
+        .produce(
+            (0..200)
+                .map(|n| stage.order(&format!("second-{n}"), n))
+                .collect(),
+        )
+        .await;
+    wait_until("the second 200 invoiced by host b", LONG, || async {
+        stage.db.count("SELECT count(*) FROM invoices").await == 400
+    })
+    .await;
+    let by_b = stage
+        .db
+        .count("SELECT count(*) FROM inbox_host.inbox WHERE message_id LIKE 'second-%' AND worker_id = 'host-b'")
+        .await;
+    assert_eq!(by_b, 200);
+    assert_eq!(
+        stage
+            .db
+            .count("SELECT count(DISTINCT message_id) FROM invoices")
+            .await,
+        400
+    );
+    assert!(b.stop(), "{}", b.log());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn records_the_host_cannot_use_are_set_aside_with_a_reason_and_never_skipped_silently() {
+    let stage = Stage::new(1).await;
+    let mut no_id = stage.record("unused", Some(0), r#"{"order_id": "x", "amount": 1}"#);
+    no_id.headers.clear();
+    let oversized = stage.record(
+        "big",
+        Some(0),
+        format!(
+            r#"{{"order_id": "big", "amount": 1, "pad": "{}"}}"#,
+            "x".repeat(500)
+        ),
+    );
+    let unparseable = stage.record("bad-json", Some(0), "this is not json");
+    let good = stage.record("good", Some(0), r#"{"order_id": "good", "amount": 5}"#);
+    stage
+        .produce(vec![no_id, oversized, unparseable, good])
+        .await;
+
+    let mut host = stage.spawn_host(
+        &plugin("billing"),
+        &[
+            "--message-id",
+            "header:message_id",
+            "--max-message-bytes",
+            "200",
+            "--max-attempts",
+            "2",
+        ],
+    );
+    wait_until("the good order invoiced", LONG, || async {
+        stage
+            .db
+            .count("SELECT count(*) FROM invoices WHERE message_id = 'good'")
+            .await
+            == 1
+    })
+    .await;
+    let reasons: Vec<(i64, String)> = sqlx::query_as(
+        "SELECT kafka_offset, reason FROM inbox_host.dead_letters ORDER BY kafka_offset",
+    )
+    .fetch_all(&stage.db.pool)
+    .await
+    .expect("dead letters");
+    assert_eq!(reasons.len(), 3, "{reasons:?}");
+    assert!(reasons[0].1.contains("no message id found"), "{reasons:?}");
+    assert!(
+        reasons[1].1.contains("exceeds --max-message-bytes 200"),
+        "{reasons:?}"
+    );
+    assert!(
+        reasons[2].1.contains("failed 2 times") && reasons[2].1.contains("payload"),
+        "{reasons:?}"
+    );
+    let kept: Vec<u8> =
+        sqlx::query_scalar("SELECT payload FROM inbox_host.dead_letters WHERE kafka_offset = 2")
+            .fetch_one(&stage.db.pool)
+            .await
+            .expect("payload kept");
+    assert_eq!(kept, b"this is not json");
+    assert_eq!(
+        host.log()
+            .matches("set aside in inbox_host.dead_letters")
+            .count(),
+        3,
+        "{}",
+        host.log()
+    );
+    assert_eq!(stage.committed(0).await, Some(4));
+    assert!(host.stop());
+}

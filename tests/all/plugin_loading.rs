@@ -16,10 +16,20 @@ fn check(path: &std::path::Path) -> (bool, String, String) {
 fn check_accepts_billing_and_prints_its_digest() {
     let (ok, stdout, stderr) = check(&plugin("billing"));
     assert!(ok, "{stderr}");
-    let digest = stdout.lines().find_map(|l| l.strip_prefix("digest: sha256:")).expect(&stdout);
-    let sha256sum = std::process::Command::new("sha256sum").arg(plugin("billing")).output().expect("sha256sum");
+    let digest = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("digest: sha256:"))
+        .expect(&stdout);
+    let sha256sum = std::process::Command::new("sha256sum")
+        .arg(plugin("billing"))
+        .output()
+        .expect("sha256sum");
     let expected = String::from_utf8_lossy(&sha256sum.stdout);
-    assert_eq!(Some(digest), expected.split_whitespace().next(), "the digest is the file's SHA-256");
+    assert_eq!(
+        Some(digest),
+        expected.split_whitespace().next(),
+        "the digest is the file's SHA-256"
+    );
 }
 
 #[test]
@@ -39,7 +49,10 @@ fn a_core_module_is_refused_as_not_a_component() {
     std::fs::write(&path, b"\0asm\x01\0\0\0").expect("write");
     let (ok, _, stderr) = check(&path);
     assert!(!ok);
-    assert!(stderr.contains("core WebAssembly module, not a component"), "{stderr}");
+    assert!(
+        stderr.contains("core WebAssembly module, not a component"),
+        "{stderr}"
+    );
 }
 
 #[test]
@@ -50,19 +63,28 @@ fn a_truncated_component_is_refused_as_invalid() {
     std::fs::write(&path, &bytes[..bytes.len() / 2]).expect("write");
     let (ok, _, stderr) = check(&path);
     assert!(!ok);
-    assert!(stderr.contains("is not a valid WebAssembly component"), "{stderr}");
+    assert!(
+        stderr.contains("is not a valid WebAssembly component"),
+        "{stderr}"
+    );
 }
 
 #[test]
 fn a_component_of_another_world_is_refused_naming_the_handler_world() {
     let (ok, _, stderr) = check(&plugin("not-a-handler"));
     assert!(!ok);
-    assert!(stderr.contains("does not match the `inbox:host/handler` world"), "{stderr}");
+    assert!(
+        stderr.contains("does not match the `inbox:host/handler` world"),
+        "{stderr}"
+    );
 }
 
 #[test]
 fn a_missing_file_is_refused_with_the_path() {
     let (ok, _, stderr) = check(std::path::Path::new("/nonexistent/billing.wasm"));
     assert!(!ok);
-    assert!(stderr.contains("cannot read plugin /nonexistent/billing.wasm"), "{stderr}");
+    assert!(
+        stderr.contains("cannot read plugin /nonexistent/billing.wasm"),
+        "{stderr}"
+    );
 }

@@ -16,12 +16,23 @@ async fn probe(db: &TestDb, name: &str) -> String {
 #[tokio::test]
 async fn a_guest_cannot_read_files_list_directories_see_the_environment_or_open_sockets() {
     let db = TestDb::start().await;
-    let outcome = runner(&db).process(&order("probe-1", 1), &load("sandbox-probe")).await;
+    let outcome = runner(&db)
+        .process(&order("probe-1", 1), &load("sandbox-probe"))
+        .await;
     assert_eq!(outcome, Outcome::Processed);
 
-    for denied in ["file-read", "dir-list", "env-home", "env-count", "tcp-connect"] {
+    for denied in [
+        "file-read",
+        "dir-list",
+        "env-home",
+        "env-count",
+        "tcp-connect",
+    ] {
         let seen = probe(&db, denied).await;
-        assert!(seen.starts_with("denied:"), "{denied} was not denied: {seen}");
+        assert!(
+            seen.starts_with("denied:"),
+            "{denied} was not denied: {seen}"
+        );
     }
     // A deliberate choice (docs/security.md): clocks and random reach nothing
     // outside the process, so they stay available.
@@ -34,10 +45,17 @@ async fn a_guest_cannot_read_files_list_directories_see_the_environment_or_open_
 async fn trap_kind(plugin: &str) -> FailureKind {
     let db = TestDb::start().await;
     let outcome = runner(&db).process(&order("o-1", 1), &load(plugin)).await;
-    let Outcome::Failed(error) = outcome else { panic!("{plugin}: expected a failure, got {outcome:?}") };
+    let Outcome::Failed(error) = outcome else {
+        panic!("{plugin}: expected a failure, got {outcome:?}")
+    };
     assert_eq!(db.count("SELECT count(*) FROM inbox_host.inbox").await, 0);
     // The host is unharmed: the next message on the same runner is processed.
-    assert_eq!(runner(&db).process(&order("o-2", 1), &load("billing")).await, Outcome::Processed);
+    assert_eq!(
+        runner(&db)
+            .process(&order("o-2", 1), &load("billing"))
+            .await,
+        Outcome::Processed
+    );
     error.kind
 }
 

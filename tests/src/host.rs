@@ -28,7 +28,13 @@ pub fn run(args: &[&str], env: &[(&str, &str)]) -> Output {
 fn command(args: &[&str], env: &[(&str, &str)]) -> Command {
     let mut command = Command::new(bin());
     command.args(args);
-    for var in ["DATABASE_URL", "KAFKA_BROKERS", "INBOX_PLUGIN", "INBOX_GROUP", "INBOX_TOPIC"] {
+    for var in [
+        "DATABASE_URL",
+        "KAFKA_BROKERS",
+        "INBOX_PLUGIN",
+        "INBOX_GROUP",
+        "INBOX_TOPIC",
+    ] {
         command.env_remove(var);
     }
     command.env("RUST_LOG", "info");
@@ -55,7 +61,11 @@ impl Host {
             .stderr(file)
             .spawn()
             .expect("spawning inbox-host");
-        Self { child, log, _dir: dir }
+        Self {
+            child,
+            log,
+            _dir: dir,
+        }
     }
 
     /// Everything the host logged so far (ANSI colours stripped).
@@ -75,7 +85,9 @@ impl Host {
 
     /// SIGTERM and wait for a clean exit; returns whether it exited successfully.
     pub fn stop(&mut self) -> bool {
-        let _ = Command::new("kill").args(["-TERM", &self.pid().to_string()]).status();
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.pid().to_string()])
+            .status();
         self.child.wait().map(|s| s.success()).unwrap_or(false)
     }
 
@@ -86,6 +98,13 @@ impl Host {
 
 impl Drop for Host {
     fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!(
+                "--- inbox-host log ({}) ---\n{}",
+                self.log.display(),
+                self.log()
+            );
+        }
         if self.is_running() {
             self.kill_hard();
         }

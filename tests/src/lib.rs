@@ -10,6 +10,7 @@ use inbox_host::inbox::{self, Handler, HandlerError, Message, Tx};
 use sqlx::postgres::{PgPool, PgPoolOptions};
 
 pub mod host;
+pub mod stage;
 
 /// A plugin built by `build.rs`, by crate name (`panic-after-write`). Library
 /// components are named with underscores, command components keep their dashes.
@@ -50,14 +51,22 @@ impl TestDb {
                 let pg = tokio::task::spawn_blocking(move || TempPostgres::start(durability))
                     .await
                     .expect("start task")
-                    .expect("starting a throwaway PostgreSQL (run scripts/setup, or set DATABASE_URL)");
+                    .expect(
+                        "starting a throwaway PostgreSQL (run scripts/setup, or set DATABASE_URL)",
+                    );
                 let url = pg.url();
                 (Some(pg), url)
             }
         };
-        let pool = PgPoolOptions::new().max_connections(8).connect(&url).await.expect("connecting");
+        let pool = PgPoolOptions::new()
+            .max_connections(8)
+            .connect(&url)
+            .await
+            .expect("connecting");
         inbox::migrate(&pool).await.expect("migrations");
-        inbox::apply_example_tables(&pool).await.expect("example tables");
+        inbox::apply_example_tables(&pool)
+            .await
+            .expect("example tables");
         Self {
             pool,
             url,
@@ -67,7 +76,10 @@ impl TestDb {
 
     /// Runs a `SELECT count(*) ...` (or any single bigint) query.
     pub async fn count(&self, sql: &str) -> i64 {
-        sqlx::query_scalar(sql).fetch_one(&self.pool).await.expect(sql)
+        sqlx::query_scalar(sql)
+            .fetch_one(&self.pool)
+            .await
+            .expect(sql)
     }
 
     pub async fn execute(&self, sql: &str) {
@@ -81,7 +93,9 @@ async fn fresh_database(server: &str) -> String {
         std::process::id(),
         DATABASES.fetch_add(1, Ordering::SeqCst)
     );
-    let admin = PgPool::connect(server).await.expect("connecting to DATABASE_URL");
+    let admin = PgPool::connect(server)
+        .await
+        .expect("connecting to DATABASE_URL");
     sqlx::raw_sql(&format!("CREATE DATABASE {name}"))
         .execute(&admin)
         .await
@@ -95,7 +109,11 @@ async fn fresh_database(server: &str) -> String {
 /// A unique name for topics and groups, so tests can share a broker.
 pub fn unique(prefix: &str) -> String {
     static N: AtomicU64 = AtomicU64::new(0);
-    format!("{prefix}-{}-{}", std::process::id(), N.fetch_add(1, Ordering::SeqCst))
+    format!(
+        "{prefix}-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::SeqCst)
+    )
 }
 
 /// An order message as the billing plugin expects it.
@@ -107,7 +125,9 @@ pub fn order(id: &str, amount: i64) -> Message {
         offset: 0,
         key: Some(id.as_bytes().to_vec()),
         headers: vec![],
-        payload: serde_json::json!({ "order_id": id, "amount": amount }).to_string().into_bytes(),
+        payload: serde_json::json!({ "order_id": id, "amount": amount })
+            .to_string()
+            .into_bytes(),
     }
 }
 
@@ -150,7 +170,10 @@ where
 {
     let start = Instant::now();
     while !condition().await {
-        assert!(start.elapsed() < limit, "timed out after {limit:?} waiting for: {what}");
+        assert!(
+            start.elapsed() < limit,
+            "timed out after {limit:?} waiting for: {what}"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }

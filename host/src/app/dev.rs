@@ -28,11 +28,22 @@ pub async fn dev(args: DevArgs, shutdown: impl Future<Output = ()>) -> anyhow::R
         inbox::apply_example_tables(&pool).await?;
     }
     if args.sample_orders > 0 {
-        let topic = args.topics.first().context("--sample-orders needs a --topic")?;
-        kafka::produce(broker.bootstrap(), &sample_orders(topic, args.sample_orders)).await?;
+        let topic = args
+            .topics
+            .first()
+            .context("--sample-orders needs a --topic")?;
+        kafka::produce(
+            broker.bootstrap(),
+            &sample_orders(topic, args.sample_orders),
+        )
+        .await?;
     }
 
-    let mut env = format!("KAFKA_BROKERS={}\nINBOX_TOPIC={}\n", broker.bootstrap(), args.topics.join(","));
+    let mut env = format!(
+        "KAFKA_BROKERS={}\nINBOX_TOPIC={}\n",
+        broker.bootstrap(),
+        args.topics.join(",")
+    );
     if let Some(pg) = &postgres {
         writeln!(env, "DATABASE_URL={}", pg.url())?;
     }
@@ -58,7 +69,9 @@ fn sample_orders(topic: &str, count: u32) -> Vec<OutgoingRecord> {
                 partition: None,
                 key: Some(id.clone().into_bytes()),
                 headers: vec![("message_id".into(), id.clone().into_bytes())],
-                payload: serde_json::json!({ "order_id": id, "amount": 10 * n }).to_string().into_bytes(),
+                payload: serde_json::json!({ "order_id": id, "amount": 10 * n })
+                    .to_string()
+                    .into_bytes(),
             }
         })
         .collect()

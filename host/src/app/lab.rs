@@ -33,8 +33,14 @@ pub async fn lab(args: LabArgs) -> anyhow::Result<Vec<LabRow>> {
     let stage = Stage::new(args).await?;
     let strategies = [
         ("at-most-once", Strategy::AtMostOnce),
-        ("at-least-once, on-persist", Strategy::AtLeastOnce(CommitOn::Persist)),
-        ("at-least-once, on-success", Strategy::AtLeastOnce(CommitOn::Success)),
+        (
+            "at-least-once, on-persist",
+            Strategy::AtLeastOnce(CommitOn::Persist),
+        ),
+        (
+            "at-least-once, on-success",
+            Strategy::AtLeastOnce(CommitOn::Success),
+        ),
         ("exactly-once-inbox", Strategy::ExactlyOnceInbox),
     ];
     let (a, b, c, d, dup) = tokio::join!(
@@ -60,7 +66,8 @@ impl Stage {
         let (postgres, url) = match args.database_url {
             Some(url) => (None, url),
             None => {
-                let pg = tokio::task::spawn_blocking(|| TempPostgres::start(Durability::Throwaway)).await??;
+                let pg = tokio::task::spawn_blocking(|| TempPostgres::start(Durability::Throwaway))
+                    .await??;
                 let url = pg.url();
                 (Some(pg), url)
             }
@@ -88,12 +95,16 @@ impl Stage {
             fail_after_write: true,
             ..NativeBilling::default()
         });
-        let first = self.consume_once(&topic, &group, strategy, handler.clone()).await?;
+        let first = self
+            .consume_once(&topic, &group, strategy, handler.clone())
+            .await?;
         let first = first.context("the first consumer received nothing")?;
         let committed = self.committed_past(&group, &topic, offset).await?;
 
         let fixed = Arc::new(NativeBilling::default());
-        let second = self.consume_once(&topic, &group, strategy, fixed.clone()).await?;
+        let second = self
+            .consume_once(&topic, &group, strategy, fixed.clone())
+            .await?;
         let runs = handler.runs.load(Ordering::SeqCst) + fixed.runs.load(Ordering::SeqCst);
         let second = match second {
             None => "nothing delivered".to_string(),
@@ -142,7 +153,9 @@ impl Stage {
             partition: Some(0),
             key: Some(id.as_bytes().to_vec()),
             headers: vec![("message_id".into(), id.as_bytes().to_vec())],
-            payload: serde_json::json!({ "order_id": id, "amount": 42 }).to_string().into_bytes(),
+            payload: serde_json::json!({ "order_id": id, "amount": 42 })
+                .to_string()
+                .into_bytes(),
         };
         let placed = kafka::produce(&self.brokers, &vec![record; copies]).await?;
         Ok(placed.into_iter().map(|(_, offset)| offset).collect())
@@ -198,16 +211,20 @@ impl Stage {
 
     async fn committed_past(&self, group: &str, topic: &str, offset: i64) -> anyhow::Result<bool> {
         let (brokers, group, topic) = (self.brokers.clone(), group.to_string(), topic.to_string());
-        let committed =
-            tokio::task::spawn_blocking(move || kafka::committed_offset(&brokers, &group, &topic, 0)).await??;
+        let committed = tokio::task::spawn_blocking(move || {
+            kafka::committed_offset(&brokers, &group, &topic, 0)
+        })
+        .await??;
         Ok(committed.is_some_and(|next| next > offset))
     }
 
     async fn invoices(&self, message_id: &str) -> anyhow::Result<i64> {
-        Ok(sqlx::query_scalar("SELECT count(*) FROM public.invoices WHERE message_id = $1")
-            .bind(message_id)
-            .fetch_one(&self.pool)
-            .await?)
+        Ok(
+            sqlx::query_scalar("SELECT count(*) FROM public.invoices WHERE message_id = $1")
+                .bind(message_id)
+                .fetch_one(&self.pool)
+                .await?,
+        )
     }
 }
 

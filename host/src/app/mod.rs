@@ -40,8 +40,12 @@ pub async fn run(settings: RunSettings, shutdown: impl Future<Output = ()>) -> a
     );
     let cell = PluginCell::new(plugin);
 
-    let consumer = Consumer::join(&settings.consumer)
-        .with_context(|| format!("joining group {} at {}", settings.consumer.group, settings.consumer.brokers))?;
+    let consumer = Consumer::join(&settings.consumer).with_context(|| {
+        format!(
+            "joining group {} at {}",
+            settings.consumer.group, settings.consumer.brokers
+        )
+    })?;
     let pipeline = Pipeline {
         consumer,
         runner: Runner::new(pool, settings.runner.clone()),
@@ -82,7 +86,12 @@ pub(crate) async fn connect(url: &str) -> anyhow::Result<PgPool> {
         .acquire_timeout(Duration::from_secs(10))
         .connect(url)
         .await
-        .with_context(|| format!("cannot connect to PostgreSQL at {}: check --database-url / DATABASE_URL", redact(url)))
+        .with_context(|| {
+            format!(
+                "cannot connect to PostgreSQL at {}: check --database-url / DATABASE_URL",
+                redact(url)
+            )
+        })
 }
 
 /// The URL without its password, for messages.

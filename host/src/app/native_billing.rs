@@ -29,7 +29,11 @@ impl Handler for NativeBilling {
         let order: Order = match serde_json::from_slice(&message.payload) {
             Ok(o) => o,
             Err(e) => {
-                let error = HandlerError::new(FailureKind::HandlerError, false, format!("payload is not an order: {e}"));
+                let error = HandlerError::new(
+                    FailureKind::HandlerError,
+                    false,
+                    format!("payload is not an order: {e}"),
+                );
                 return (tx, Err(error));
             }
         };
@@ -46,7 +50,11 @@ impl Handler for NativeBilling {
         .execute(&mut *tx)
         .await;
         let verdict = match inserted {
-            Err(e) => Err(HandlerError::new(FailureKind::HandlerError, true, e.to_string())),
+            Err(e) => Err(HandlerError::new(
+                FailureKind::HandlerError,
+                true,
+                e.to_string(),
+            )),
             Ok(_) if self.fail_after_write => Err(HandlerError::new(
                 FailureKind::HandlerError,
                 true,

@@ -80,7 +80,11 @@ impl<S: HandlerSource> Pipeline<S> {
     /// Consumes until `shutdown` resolves (or `stop` says so). A record being
     /// handled is finished first; then acknowledged offsets are committed and the
     /// group is left cleanly.
-    pub async fn run(mut self, shutdown: impl Future<Output = ()>, stop: StopWhen) -> anyhow::Result<()> {
+    pub async fn run(
+        mut self,
+        shutdown: impl Future<Output = ()>,
+        stop: StopWhen,
+    ) -> anyhow::Result<()> {
         tokio::pin!(shutdown);
         let mut delivered = 0u64;
         let mut caught_up_check = tokio::time::interval(CAUGHT_UP_POLL);
@@ -150,7 +154,9 @@ impl<S: HandlerSource> Pipeline<S> {
         let strategy = self.runner.settings().strategy;
         if strategy.commits_before() {
             let consumer = &mut self.consumer;
-            if let Err(e) = tokio::task::block_in_place(|| consumer.acknowledge(record, CommitMode::Sync)) {
+            if let Err(e) =
+                tokio::task::block_in_place(|| consumer.acknowledge(record, CommitMode::Sync))
+            {
                 tracing::warn!(error = %e, "could not commit before handling (at-most-once); will retry");
                 self.consumer.retry_later(record)?;
                 return Ok((Verdict::Handled(Outcome::Failed(commit_failed(e))), false));
@@ -159,7 +165,10 @@ impl<S: HandlerSource> Pipeline<S> {
 
         let handler = self.source.current();
         tracing::Span::current().record("plugin", handler.version());
-        let outcome = self.runner.process(&message_of(record, id), &*handler).await;
+        let outcome = self
+            .runner
+            .process(&message_of(record, id), &*handler)
+            .await;
         drop(handler);
 
         let committed = if strategy.commits_before() {
@@ -179,12 +188,18 @@ impl<S: HandlerSource> Pipeline<S> {
 
     /// Holds the partition at `record` and retries it later, or sets it aside once
     /// it has used up `--max-attempts`.
-    async fn retry(&mut self, record: &Record, outcome: Outcome) -> anyhow::Result<(Verdict, bool)> {
+    async fn retry(
+        &mut self,
+        record: &Record,
+        outcome: Outcome,
+    ) -> anyhow::Result<(Verdict, bool)> {
         let retry = self.consumer.retry_later(record)?;
         if let (Outcome::Failed(e), Some(max)) = (&outcome, self.limits.max_attempts) {
             if retry.attempt >= max {
                 let why = format!("failed {} times; last: {e}", retry.attempt);
-                return self.set_aside(record, record.message_id.as_deref().ok(), why).await;
+                return self
+                    .set_aside(record, record.message_id.as_deref().ok(), why)
+                    .await;
             }
         }
         match &outcome {
@@ -208,7 +223,12 @@ impl<S: HandlerSource> Pipeline<S> {
 
     /// Records the whole record in `inbox_host.dead_letters`, then acknowledges it.
     /// If that insert fails the record is retried, never skipped.
-    async fn set_aside(&mut self, record: &Record, id: Option<&str>, why: String) -> anyhow::Result<(Verdict, bool)> {
+    async fn set_aside(
+        &mut self,
+        record: &Record,
+        id: Option<&str>,
+        why: String,
+    ) -> anyhow::Result<(Verdict, bool)> {
         let settings = self.runner.settings();
         let letter = DeadLetter {
             group: &settings.group,
@@ -255,14 +275,23 @@ fn message_of(record: &Record, message_id: String) -> inbox::Message {
 }
 
 fn commit_failed(e: rdkafka::error::KafkaError) -> inbox::HandlerError {
-    inbox::HandlerError::new(inbox::FailureKind::Database, true, format!("offset commit failed: {e}"))
+    inbox::HandlerError::new(
+        inbox::FailureKind::Database,
+        true,
+        format!("offset commit failed: {e}"),
+    )
 }
 
 fn log_outcome(outcome: &Outcome, committed: bool) {
     match outcome {
         Outcome::Processed => tracing::debug!(committed, "processed"),
-        Outcome::Duplicate => tracing::info!(committed, "duplicate: already in the inbox; handler not run"),
+        Outcome::Duplicate => tracing::info!(
+            committed,
+            "duplicate: already in the inbox; handler not run"
+        ),
         Outcome::Locked => tracing::info!(committed, "locked by another worker"),
-        Outcome::Failed(e) => tracing::warn!(committed, kind = %e.kind, error = %e.message, "failed"),
+        Outcome::Failed(e) => {
+            tracing::warn!(committed, kind = %e.kind, error = %e.message, "failed")
+        }
     }
 }

@@ -32,7 +32,11 @@ impl RunSettings {
         let Some(group) = args.group.filter(|g| !g.trim().is_empty()) else {
             bail!("no consumer group given: pass --group <name> or set INBOX_GROUP");
         };
-        let topics: Vec<String> = args.topics.into_iter().filter(|t| !t.trim().is_empty()).collect();
+        let topics: Vec<String> = args
+            .topics
+            .into_iter()
+            .filter(|t| !t.trim().is_empty())
+            .collect();
         if topics.is_empty() {
             bail!("no topic to consume: pass --topic <name> (repeatable) or set INBOX_TOPIC=a,b");
         }
@@ -41,8 +45,12 @@ impl RunSettings {
         };
         let strategy = match (args.strategy, args.commit_on) {
             (StrategyArg::AtMostOnce, _) => Strategy::AtMostOnce,
-            (StrategyArg::AtLeastOnce, CommitOnArg::OnPersist) => Strategy::AtLeastOnce(CommitOn::Persist),
-            (StrategyArg::AtLeastOnce, CommitOnArg::OnSuccess) => Strategy::AtLeastOnce(CommitOn::Success),
+            (StrategyArg::AtLeastOnce, CommitOnArg::OnPersist) => {
+                Strategy::AtLeastOnce(CommitOn::Persist)
+            }
+            (StrategyArg::AtLeastOnce, CommitOnArg::OnSuccess) => {
+                Strategy::AtLeastOnce(CommitOn::Success)
+            }
             (StrategyArg::ExactlyOnceInbox, _) => Strategy::ExactlyOnceInbox,
         };
         let extra = args
@@ -99,5 +107,9 @@ impl RunSettings {
 
 /// `<host name>-<pid>`.
 pub fn default_worker_id() -> String {
-    format!("{}-{}", gethostname::gethostname().to_string_lossy(), std::process::id())
+    format!(
+        "{}-{}",
+        gethostname::gethostname().to_string_lossy(),
+        std::process::id()
+    )
 }

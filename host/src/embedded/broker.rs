@@ -42,7 +42,11 @@ impl LocalBroker {
                 // Serves requests until the handle is dropped.
                 for request in inbox {
                     match request {
-                        Request::CreateTopic { name, partitions, reply } => {
+                        Request::CreateTopic {
+                            name,
+                            partitions,
+                            reply,
+                        } => {
                             let created = cluster
                                 .create_topic(&name, partitions, 1)
                                 .with_context(|| format!("creating topic {name}"));

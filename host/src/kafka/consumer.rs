@@ -94,13 +94,18 @@ impl Consumer {
     /// not returned until that failure is retried.
     pub async fn next(&mut self) -> KafkaResult<Record> {
         loop {
-            self.forget_moved_partitions();
+            forget_moved_partitions(&self.inner, &mut self.blocked);
             let wake = self
                 .blocked
                 .values()
                 .filter(|b| !b.rewound)
                 .map(|b| b.until)
                 .min();
+            tracing::debug!(
+                ?wake,
+                blocked = self.blocked.len(),
+                "waiting for the next record"
+            );
             let received = match wake {
                 Some(at) => tokio::select! {
                     m = self.inner.recv() => Some(m),
@@ -109,9 +114,15 @@ impl Consumer {
                 None => Some(self.inner.recv().await),
             };
             match received {
-                None => self.rewind_due()?,
+                None => {
+                    tracing::debug!("backoff over: rewinding held partitions");
+                    self.rewind_due()?
+                }
                 Some(Err(e)) => return Err(e),
                 Some(Ok(m)) => {
+                    // Rebalances run inside `recv`: settle them before this record,
+                    // so they never clear a hold placed after it.
+                    forget_moved_partitions(&self.inner, &mut self.blocked);
                     let partition = (m.topic().to_string(), m.partition());
                     match self.blocked.get(&partition) {
                         // Fetched before the rewind took effect: it comes again.
@@ -136,7 +147,20 @@ impl Consumer {
             .get(&partition)
             .is_some_and(|b| record.offset >= b.offset)
         {
-            self.blocked.remove(&partition);
+            let held = self.blocked.remove(&partition).is_some_and(|b| !b.rewound);
+            if held {
+                // Acknowledged while paused (set aside after its last attempt):
+                // records after it were dropped by the hold, so fetch from `next`.
+                let mut resume = TopicPartitionList::new();
+                resume.add_partition(&record.topic, record.partition);
+                self.inner.resume(&resume)?;
+                self.inner.seek(
+                    &record.topic,
+                    record.partition,
+                    Offset::Offset(next),
+                    Duration::ZERO,
+                )?;
+            }
         }
         lock(&self.inner.context().acked).insert(partition, next);
         Ok(())
@@ -174,11 +198,15 @@ impl Consumer {
         if assignment.count() == 0 {
             return Ok(false);
         }
-        let committed = self.inner.committed_offsets(assignment, Duration::from_secs(1))?;
+        let committed = self
+            .inner
+            .committed_offsets(assignment, Duration::from_secs(1))?;
         for element in committed.elements() {
-            let (_, high) = self
-                .inner
-                .fetch_watermarks(element.topic(), element.partition(), Duration::from_secs(1))?;
+            let (_, high) = self.inner.fetch_watermarks(
+                element.topic(),
+                element.partition(),
+                Duration::from_secs(1),
+            )?;
             let at = match element.offset() {
                 Offset::Offset(o) => o,
                 _ => 0,
@@ -211,27 +239,17 @@ impl Consumer {
             .iter_mut()
             .filter(|(_, b)| !b.rewound && b.until <= now)
         {
-            self.inner.seek(
-                topic,
-                *partition,
-                Offset::Offset(b.offset),
-                Duration::from_secs(10),
-            )?;
+            // Resume, then seek without waiting (a seek on a paused partition
+            // waits for a fetcher that never runs). Anything fetched from the old
+            // position is dropped by `next` until the failed record comes again.
             let mut tpl = TopicPartitionList::new();
             tpl.add_partition(topic, *partition);
             self.inner.resume(&tpl)?;
+            self.inner
+                .seek(topic, *partition, Offset::Offset(b.offset), Duration::ZERO)?;
             b.rewound = true;
         }
         Ok(())
-    }
-
-    /// A rebalance moved partitions: their held failures belong to whoever owns
-    /// them now, starting from the committed offset.
-    fn forget_moved_partitions(&mut self) {
-        let moved = std::mem::take(&mut *lock(&self.inner.context().moved));
-        for p in moved {
-            self.blocked.remove(&p);
-        }
     }
 }
 
@@ -273,5 +291,17 @@ fn record_of(
         headers,
         payload,
         message_id,
+    }
+}
+
+/// A rebalance moved partitions: their held failures belong to whoever owns them
+/// now, starting from the committed offset.
+fn forget_moved_partitions(
+    consumer: &StreamConsumer<GroupContext>,
+    blocked: &mut HashMap<Partition, Blocked>,
+) {
+    let moved = std::mem::take(&mut *lock(&consumer.context().moved));
+    for p in moved {
+        blocked.remove(&p);
     }
 }
