@@ -179,7 +179,12 @@ impl Stage {
                 initial: std::time::Duration::from_millis(100),
                 max: std::time::Duration::from_secs(1),
             },
-            extra: vec![],
+            // The lab's handler is quick: a short rebalance timeout bounds how long
+            // a fresh consumer waits on a member that did not leave cleanly.
+            extra: vec![
+                ("session.timeout.ms".into(), "6000".into()),
+                ("max.poll.interval.ms".into(), "10000".into()),
+            ],
         })?;
         let (observer, mut seen) = mpsc::unbounded_channel();
         let pipeline = Pipeline {

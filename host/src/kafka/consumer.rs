@@ -228,7 +228,9 @@ impl Consumer {
         if tpl.count() > 0 {
             self.inner.commit(&tpl, CommitMode::Sync)?;
         }
-        self.inner.unsubscribe();
+        // Dropping the consumer closes it: it leaves the group, so the partitions
+        // move to the remaining members at once.
+        drop(self.inner);
         Ok(())
     }
 
