@@ -1,6 +1,7 @@
 //! End-to-end tests: real PostgreSQL, real plugins, real broker, real binary.
 
 mod cli;
+mod hot_swap;
 mod inbox_core;
 mod kafka_runner;
 mod plugin_loading;

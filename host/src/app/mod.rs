@@ -21,7 +21,7 @@ pub use settings::RunSettings;
 
 use crate::inbox::{self, Runner};
 use crate::kafka::Consumer;
-use crate::plugin::{Plugin, PluginCell, Runtime};
+use crate::plugin::{Plugin, PluginCell, Runtime, Watcher};
 
 /// Runs `inbox-host` with a plugin until `shutdown` resolves.
 pub async fn run(settings: RunSettings, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
@@ -39,6 +39,7 @@ pub async fn run(settings: RunSettings, shutdown: impl Future<Output = ()>) -> a
         "plugin loaded; joining the consumer group"
     );
     let cell = PluginCell::new(plugin);
+    let _reloads = spawn_hot_swap(&settings.plugin, &runtime, &cell)?;
 
     let consumer = Consumer::join(&settings.consumer).with_context(|| {
         format!(
@@ -56,6 +57,20 @@ pub async fn run(settings: RunSettings, shutdown: impl Future<Output = ()>) -> a
     pipeline.run(shutdown, StopWhen::default()).await?;
     tracing::info!("stopped: in-flight message finished, offsets committed, group left");
     Ok(())
+}
+
+/// Watches the plugin file and SIGHUP; returns the handle that keeps it running.
+fn spawn_hot_swap(path: &std::path::Path, runtime: &Runtime, cell: &PluginCell) -> anyhow::Result<tokio::task::JoinHandle<()>> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (reload_tx, reload_rx) = tokio::sync::mpsc::channel(1);
+    let mut hangups = signal(SignalKind::hangup()).context("installing the SIGHUP handler")?;
+    tokio::spawn(async move {
+        while hangups.recv().await.is_some() {
+            let _ = reload_tx.try_send(());
+        }
+    });
+    let watcher = Watcher::new(path, runtime.clone(), cell.clone());
+    Ok(tokio::spawn(watcher.run(reload_rx)))
 }
 
 /// Applies the host's migrations.

@@ -135,7 +135,8 @@ mod tests {
 
     #[test]
     fn json_field_is_used_when_no_header_carries_an_id() {
-        let (id, source) = IdSources::default()
+        let sources = IdSources::default();
+        let (id, source) = sources
             .extract(&[], br#"{"event_id": 42}"#, || "t:0:1".into())
             .unwrap();
         assert_eq!(

@@ -96,7 +96,7 @@ impl Plugin {
         })?;
         Ok(Self {
             name: name.to_string(),
-            digest: digest(bytes),
+            digest: digest_of(bytes),
             pre,
             runtime: runtime.clone(),
         })
@@ -113,6 +113,7 @@ impl Plugin {
     }
 }
 
-fn digest(bytes: &[u8]) -> String {
+/// `sha256:<hex>` of plugin bytes.
+pub fn digest_of(bytes: &[u8]) -> String {
     format!("sha256:{}", hex::encode(Sha256::digest(bytes)))
 }

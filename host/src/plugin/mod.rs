@@ -14,5 +14,5 @@ mod state;
 mod swap;
 
 pub use engine::{Runtime, SandboxLimits};
-pub use loader::{LoadError, Plugin};
-pub use swap::PluginCell;
+pub use loader::{digest_of, LoadError, Plugin};
+pub use swap::{PluginCell, Watcher};

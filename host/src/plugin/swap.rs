@@ -1,6 +1,15 @@
-use std::sync::{Arc, RwLock};
+//! Hot swap: the plugin version new messages start on, and what replaces it
+//! when a deploy changes the plugin file (or on SIGHUP).
 
-use super::loader::Plugin;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use notify::{RecursiveMode, Watcher as _};
+use tokio::sync::mpsc;
+
+use super::engine::Runtime;
+use super::loader::{digest_of, Plugin};
 
 /// The plugin version new messages start on. A message in flight keeps the
 /// `Arc` it started with, so a swap takes effect at the next message boundary.
@@ -25,5 +34,107 @@ impl PluginCell {
     pub fn replace(&self, plugin: Plugin) -> Arc<Plugin> {
         let mut slot = self.current.write().unwrap_or_else(|e| e.into_inner());
         std::mem::replace(&mut *slot, Arc::new(plugin))
+    }
+}
+
+/// Quiet time after the last file event before the file is read: an in-place
+/// copy produces several writes.
+const DEBOUNCE: Duration = Duration::from_millis(200);
+
+/// Reloads the plugin at `path` into `cell` whenever the file's content changes
+/// (watched through its directory, so atomic renames and symlink flips count) or
+/// `reload` yields. A new version is compiled, checked against the world and
+/// instantiated once before it replaces the old one; a version that fails is
+/// rejected with a log line and the old one keeps running.
+pub struct Watcher {
+    path: PathBuf,
+    runtime: Runtime,
+    cell: PluginCell,
+}
+
+impl Watcher {
+    pub fn new(path: &Path, runtime: Runtime, cell: PluginCell) -> Self {
+        Self {
+            path: path.to_path_buf(),
+            runtime,
+            cell,
+        }
+    }
+
+    /// Runs until `reload` closes. File events and reload requests both end in
+    /// [`Watcher::reload_if_changed`].
+    pub async fn run(self, mut reload: mpsc::Receiver<()>) {
+        let (events_tx, mut events) = mpsc::unbounded_channel();
+        let dir = self
+            .path
+            .parent()
+            .filter(|d| !d.as_os_str().is_empty())
+            .unwrap_or(Path::new("."))
+            .to_path_buf();
+        let _watcher = match notify::recommended_watcher(move |_event| {
+            let _ = events_tx.send(());
+        })
+        .and_then(|mut w| w.watch(&dir, RecursiveMode::NonRecursive).map(|()| w))
+        {
+            Ok(w) => Some(w),
+            Err(e) => {
+                tracing::warn!(dir = %dir.display(), error = %e, "cannot watch the plugin's directory; hot swap only on SIGHUP");
+                None
+            }
+        };
+        loop {
+            tokio::select! {
+                request = reload.recv() => {
+                    if request.is_none() {
+                        return;
+                    }
+                    tracing::info!("reload requested (SIGHUP)");
+                }
+                Some(()) = events.recv() => {
+                    // Wait until the file has been quiet for a moment.
+                    while tokio::time::timeout(DEBOUNCE, events.recv()).await.is_ok_and(|e| e.is_some()) {}
+                }
+            }
+            self.reload_if_changed().await;
+        }
+    }
+
+    /// Loads the file if its digest differs from the active version's.
+    pub async fn reload_if_changed(&self) {
+        let path = self.path.clone();
+        let Ok(Ok(bytes)) = tokio::task::spawn_blocking(move || std::fs::read(path)).await else {
+            tracing::warn!(plugin = %self.path.display(), "plugin file unreadable (mid-deploy?); keeping the active version");
+            return;
+        };
+        let active = self.cell.current();
+        if digest_of(&bytes) == active.digest() {
+            return;
+        }
+        let (runtime, name, shown) = (
+            self.runtime.clone(),
+            active.name().to_string(),
+            self.path.display().to_string(),
+        );
+        let loaded = tokio::task::spawn_blocking(move || Plugin::from_bytes(&runtime, &name, &shown, &bytes)).await;
+        let checked = match loaded {
+            Ok(Ok(plugin)) => plugin.check_instantiation().await.map(|()| plugin),
+            Ok(Err(e)) => Err(e),
+            Err(join) => {
+                tracing::error!(error = %join, "loading the new plugin version panicked; keeping the active version");
+                return;
+            }
+        };
+        match checked {
+            Ok(plugin) => {
+                let new = plugin.digest().to_string();
+                let old = self.cell.replace(plugin);
+                tracing::info!(old = old.digest(), new = %new, "plugin swapped: new messages run on the new version");
+            }
+            Err(e) => tracing::error!(
+                active = active.digest(),
+                reason = %e,
+                "new plugin version rejected; the active version keeps running"
+            ),
+        }
     }
 }
