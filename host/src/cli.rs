@@ -126,6 +126,11 @@ pub struct RunArgs {
     /// Longest any statement may run, in ms.
     #[arg(long, env = "INBOX_STATEMENT_TIMEOUT_MS", default_value_t = 10_000)]
     pub statement_timeout_ms: u64,
+    /// The PostgreSQL role handler statements run under (SET LOCAL ROLE): grant it
+    /// rights on your plugin's tables only. Created if missing and allowed. An
+    /// empty value runs guests as the host's login: never do that in production.
+    #[arg(long, env = "INBOX_GUEST_ROLE", default_value = "inbox_guest")]
+    pub guest_role: String,
     /// Longest a guest may run per message, in ms.
     #[arg(long, env = "INBOX_GUEST_DEADLINE_MS", default_value_t = 5_000)]
     pub guest_deadline_ms: u64,

@@ -1,5 +1,14 @@
 -- Tables of the example and test plugins. Applied by the lab, the demo and the
--- tests (never by `inbox-host migrate`): in production a plugin's tables are yours.
+-- tests (never by `inbox-host migrate`): in production a plugin's tables are yours,
+-- and so is granting the guest role rights on them.
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'inbox_guest') THEN
+        CREATE ROLE inbox_guest NOLOGIN;
+    END IF;
+END
+$$;
+
 CREATE TABLE IF NOT EXISTS public.invoices (
     order_id   text    NOT NULL,
     amount     numeric NOT NULL,
@@ -15,3 +24,4 @@ CREATE TABLE IF NOT EXISTS public.sandbox_probe (
     probe      text,
     outcome    text
 );
+GRANT SELECT, INSERT, UPDATE, DELETE ON public.invoices, public.handler_calls, public.sandbox_probe TO inbox_guest;

@@ -2,7 +2,7 @@
 
 use std::time::{Duration, Instant};
 
-use inbox_host::inbox::{FailureKind, Outcome, Runner, RunnerSettings, Strategy};
+use inbox_host::inbox::{self, FailureKind, Outcome, Runner, RunnerSettings, Strategy};
 use inbox_host::plugin::{Plugin, Runtime, SandboxLimits};
 use inbox_host_tests::{order, plugin, Counting, TestDb};
 
@@ -15,6 +15,7 @@ pub fn runner(db: &TestDb) -> Runner {
             strategy: Strategy::ExactlyOnceInbox,
             lock_timeout: Duration::from_millis(300),
             statement_timeout: Duration::from_secs(5),
+            guest_role: Some(inbox::DEFAULT_GUEST_ROLE.into()),
         },
     )
 }

@@ -32,7 +32,13 @@ async fn the_lab_reproduces_the_reference_table_exactly_on_the_embedded_default(
 async fn no_offset_past_a_failing_message_is_committed_and_once_it_succeeds_all_eleven_run_once_in_order(
 ) {
     let stage = Stage::new(1).await;
-    stage.db.execute("CREATE TABLE seen (seq bigserial PRIMARY KEY, n int NOT NULL); CREATE TABLE gate (open int);").await;
+    stage
+        .db
+        .execute(
+            "CREATE TABLE seen (seq bigserial PRIMARY KEY, n int NOT NULL); CREATE TABLE gate (open int);
+             GRANT INSERT, SELECT ON seen, gate TO inbox_guest; GRANT USAGE ON SEQUENCE seen_seq_seq TO inbox_guest;",
+        )
+        .await;
     // Message 0 divides by the number of rows in `gate`: it fails until the gate opens.
     let mut records = vec![stage.record(
         "m-0",

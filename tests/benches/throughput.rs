@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use inbox_host::app::{Delivery, HandlerSource, NativeBilling, Pipeline, PipelineLimits, StopWhen};
 use inbox_host::embedded::{Durability, LocalBroker};
-use inbox_host::inbox::{Handler, Outcome, Runner, RunnerSettings, Strategy};
+use inbox_host::inbox::{self, Handler, Outcome, Runner, RunnerSettings, Strategy};
 use inbox_host::kafka::{self, Backoff, Consumer, ConsumerSettings, IdSources};
 use inbox_host::plugin::{Plugin, Runtime, SandboxLimits};
 use inbox_host_tests::{order, plugin, unique, TestDb};
@@ -63,6 +63,7 @@ fn runner(db: &TestDb, group: &str) -> Runner {
             strategy: Strategy::ExactlyOnceInbox,
             lock_timeout: Duration::from_secs(2),
             statement_timeout: Duration::from_secs(10),
+            guest_role: Some(inbox::DEFAULT_GUEST_ROLE.into()),
         },
     )
 }

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use inbox_host::embedded::{Durability, TempPostgres};
 use inbox_host::inbox::{self, Handler, HandlerError, Message, Tx};
-use sqlx::postgres::{PgPool, PgPoolOptions};
+use sqlx::postgres::PgPool;
 
 pub mod host;
 pub mod stage;
@@ -58,11 +58,7 @@ impl TestDb {
                 (Some(pg), url)
             }
         };
-        let pool = PgPoolOptions::new()
-            .max_connections(8)
-            .connect(&url)
-            .await
-            .expect("connecting");
+        let pool = inbox::pool_options(8).connect(&url).await.expect("connecting");
         inbox::migrate(&pool).await.expect("migrations");
         inbox::apply_example_tables(&pool)
             .await

@@ -8,10 +8,9 @@ mod pipeline;
 mod settings;
 
 use std::future::Future;
-use std::time::Duration;
 
 use anyhow::Context;
-use sqlx::postgres::{PgPool, PgPoolOptions};
+use sqlx::postgres::PgPool;
 
 pub use dev::dev;
 pub use lab::{lab, LabRow};
@@ -27,6 +26,9 @@ use crate::plugin::{Plugin, PluginCell, Runtime, Watcher};
 pub async fn run(settings: RunSettings, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
     let pool = connect(&settings.database_url).await?;
     inbox::migrate(&pool).await.context("applying migrations")?;
+    if let Some(role) = &settings.runner.guest_role {
+        inbox::ensure_guest_role(&pool, role).await?;
+    }
 
     let runtime = Runtime::new(settings.sandbox.clone())?;
     let plugin = load_plugin(&runtime, &settings.plugin).await?;
@@ -96,9 +98,7 @@ pub async fn load_plugin(runtime: &Runtime, path: &std::path::Path) -> anyhow::R
 }
 
 pub(crate) async fn connect(url: &str) -> anyhow::Result<PgPool> {
-    PgPoolOptions::new()
-        .max_connections(4)
-        .acquire_timeout(Duration::from_secs(10))
+    inbox::pool_options(4)
         .connect(url)
         .await
         .with_context(|| {

@@ -91,6 +91,7 @@ impl RunSettings {
                 strategy,
                 lock_timeout: Duration::from_millis(args.lock_timeout_ms.max(1)),
                 statement_timeout: Duration::from_millis(args.statement_timeout_ms.max(1)),
+                guest_role: Some(args.guest_role).filter(|r| !r.trim().is_empty()),
             },
             limits: PipelineLimits {
                 max_message_bytes: args.max_message_bytes,

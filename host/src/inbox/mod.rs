@@ -10,6 +10,7 @@ mod message;
 mod outcome;
 mod runner;
 mod schema;
+mod session;
 mod store;
 mod strategy;
 
@@ -18,5 +19,6 @@ pub use message::{Header, Message};
 pub use outcome::{FailureKind, Outcome};
 pub use runner::{Runner, RunnerSettings};
 pub use schema::{apply_example_tables, migrate};
+pub use session::{ensure_guest_role, pool_options, DEFAULT_GUEST_ROLE};
 pub use store::{dead_letter, DeadLetter};
 pub use strategy::{CommitOn, Strategy};

@@ -15,6 +15,9 @@ pub struct RunnerSettings {
     pub lock_timeout: Duration,
     /// The longest any single statement (host's or guest's) may run.
     pub statement_timeout: Duration,
+    /// The least-privileged role handler statements run under; `None` runs them
+    /// as the host's own login (only for trusted native handlers).
+    pub guest_role: Option<String>,
 }
 
 /// Runs one message at a time through begin → inbox row → handler → commit.
@@ -61,6 +64,7 @@ impl Runner {
             version: handler.version(),
             lock_timeout: self.settings.lock_timeout,
             statement_timeout: self.settings.statement_timeout,
+            guest_role: self.settings.guest_role.as_deref(),
         };
         let mut tx = self.pool.begin().await?;
         let xid = if self.settings.strategy.uses_inbox() {
@@ -78,7 +82,7 @@ impl Runner {
             rollback(tx).await;
             return Ok(Outcome::Failed(error));
         }
-        if let Err(broken) = still_ours(&mut tx, &xid).await {
+        if let Err(broken) = still_ours(&mut tx, &xid, by.guest_role).await {
             rollback(tx).await;
             return Ok(Outcome::Failed(broken));
         }
@@ -88,22 +92,31 @@ impl Runner {
 }
 
 /// Checks that the transaction the handler hands back is the one the runner
-/// opened and can still commit. PostgreSQL turns `COMMIT` of an aborted
-/// transaction into a silent `ROLLBACK`, so committing without this check could
-/// report a message processed whose effects are gone.
-async fn still_ours(tx: &mut Tx, xid: &str) -> Result<(), HandlerError> {
+/// opened, can still commit, and still runs as the guest role. PostgreSQL turns
+/// `COMMIT` of an aborted transaction into a silent `ROLLBACK`, so committing
+/// without this check could report a message processed whose effects are gone.
+async fn still_ours(tx: &mut Tx, xid: &str, guest_role: Option<&str>) -> Result<(), HandlerError> {
     let broken = |why: String| HandlerError::new(FailureKind::TransactionBroken, false, why);
-    match store::current_xid(tx).await {
-        Ok(Some(now)) if now == xid => Ok(()),
-        Ok(now) => Err(broken(format!(
-            "the transaction was ended or replaced during the handler (expected xid {xid}, found {})",
-            now.as_deref().unwrap_or("none")
-        ))),
-        Err(e) => Err(broken(format!(
+    let now = store::transaction_state(tx).await.map_err(|e| {
+        broken(format!(
             "the handler returned ok but its transaction cannot commit (a statement failed and \
              aborted it; the handler must not ignore db errors): {e}"
-        ))),
+        ))
+    })?;
+    if now.xid.as_deref() != Some(xid) {
+        return Err(broken(format!(
+            "the transaction was ended or replaced during the handler (expected xid {xid}, found {})",
+            now.xid.as_deref().unwrap_or("none")
+        )));
     }
+    let expected_user = guest_role.unwrap_or(&now.session_user);
+    if now.current_user != expected_user {
+        return Err(broken(format!(
+            "the handler changed the transaction's role to {} (expected {expected_user})",
+            now.current_user
+        )));
+    }
+    Ok(())
 }
 
 async fn finish_without_handler(tx: Tx, outcome: Outcome) -> Result<Outcome, sqlx::Error> {

@@ -23,28 +23,33 @@ pub(super) struct ClaimBy<'a> {
     pub version: &'a str,
     pub lock_timeout: Duration,
     pub statement_timeout: Duration,
+    /// The role the handler's statements run under (`SET LOCAL ROLE`).
+    pub guest_role: Option<&'a str>,
 }
 
 const LOCK_NOT_AVAILABLE: &str = "55P03";
 
-/// Sets the transaction's timeouts and inserts the inbox row in one round trip.
+/// Sets the transaction's timeouts, inserts the inbox row and switches to the
+/// guest role, in one round trip.
 ///
-/// The `set_config` calls sit in the row source so they take effect before the
-/// insert can wait on another transaction's uncommitted row: that wait is bounded
-/// by `lock_timeout` and ends as *locked* instead of blocking forever.
+/// The timeouts sit in the row source so they take effect before the insert can
+/// wait on another transaction's uncommitted row: that wait is bounded by
+/// `lock_timeout` and ends as *locked* instead of blocking forever. The role switch
+/// sits in `RETURNING`, evaluated after the row is written with the host's rights,
+/// and only when a row was inserted (a duplicate runs no handler).
 pub(super) async fn claim(
     conn: &mut PgConnection,
     message: &Message,
     by: &ClaimBy<'_>,
 ) -> Result<Claim, sqlx::Error> {
-    let inserted: Result<Option<String>, sqlx::Error> = sqlx::query_scalar(
+    let inserted: Result<Option<(String, String)>, sqlx::Error> = sqlx::query_as(
         "INSERT INTO inbox_host.inbox
              (message_id, consumer_group, worker_id, plugin_digest, topic, kafka_partition, kafka_offset)
          SELECT $1, $2, $3, $4, $5, $6, $7
          FROM (SELECT set_config('lock_timeout', $8, true),
                       set_config('statement_timeout', $9, true)) AS transaction_limits
          ON CONFLICT (message_id, consumer_group) DO NOTHING
-         RETURNING pg_current_xact_id()::text",
+         RETURNING pg_current_xact_id()::text, set_config('role', coalesce($10, 'none'), true)",
     )
     .bind(&message.message_id)
     .bind(by.group)
@@ -55,37 +60,55 @@ pub(super) async fn claim(
     .bind(message.offset)
     .bind(millis(by.lock_timeout))
     .bind(millis(by.statement_timeout))
+    .bind(by.guest_role)
     .fetch_optional(&mut *conn)
     .await;
     match inserted {
-        Ok(Some(xid)) => Ok(Claim::New { xid }),
+        Ok(Some((xid, _role))) => Ok(Claim::New { xid }),
         Ok(None) => Ok(Claim::Duplicate),
         Err(e) if sqlstate(&e).as_deref() == Some(LOCK_NOT_AVAILABLE) => Ok(Claim::Locked),
         Err(e) => Err(e),
     }
 }
 
-/// Sets the transaction's timeouts without an inbox row; returns the transaction id.
+/// Sets the transaction's timeouts and the guest role without an inbox row;
+/// returns the transaction id.
 pub(super) async fn begin_plain(
     conn: &mut PgConnection,
     by: &ClaimBy<'_>,
 ) -> Result<String, sqlx::Error> {
-    sqlx::query_scalar(
-        "SELECT pg_current_xact_id()::text
+    let (xid, _role): (String, String) = sqlx::query_as(
+        "SELECT pg_current_xact_id()::text, set_config('role', coalesce($3, 'none'), true)
          FROM (SELECT set_config('lock_timeout', $1, true),
                       set_config('statement_timeout', $2, true)) AS transaction_limits",
     )
     .bind(millis(by.lock_timeout))
     .bind(millis(by.statement_timeout))
+    .bind(by.guest_role)
     .fetch_one(conn)
-    .await
+    .await?;
+    Ok(xid)
 }
 
-/// The id of the transaction `conn` is in now, or an error if it is aborted.
-pub(super) async fn current_xid(conn: &mut PgConnection) -> Result<Option<String>, sqlx::Error> {
-    sqlx::query_scalar("SELECT pg_current_xact_id_if_assigned()::text")
-        .fetch_one(conn)
-        .await
+/// Who and where the transaction is now.
+pub(super) struct TransactionState {
+    pub xid: Option<String>,
+    pub current_user: String,
+    pub session_user: String,
+}
+
+/// The transaction `conn` is in now, or an error if it is aborted.
+pub(super) async fn transaction_state(conn: &mut PgConnection) -> Result<TransactionState, sqlx::Error> {
+    let (xid, current_user, session_user) = sqlx::query_as(
+        "SELECT pg_current_xact_id_if_assigned()::text, current_user::text, session_user::text",
+    )
+    .fetch_one(conn)
+    .await?;
+    Ok(TransactionState {
+        xid,
+        current_user,
+        session_user,
+    })
 }
 
 /// A message the host sets aside instead of handling, kept whole for replay.

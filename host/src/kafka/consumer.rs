@@ -228,8 +228,9 @@ impl Consumer {
         if tpl.count() > 0 {
             self.inner.commit(&tpl, CommitMode::Sync)?;
         }
-        // Dropping the consumer closes it: it leaves the group, so the partitions
-        // move to the remaining members at once.
+        // Unsubscribing revokes the partitions here and now; dropping then closes
+        // the consumer, which leaves the group so the partitions move at once.
+        self.inner.unsubscribe();
         drop(self.inner);
         Ok(())
     }
