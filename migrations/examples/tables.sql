@@ -24,4 +24,10 @@ CREATE TABLE IF NOT EXISTS public.sandbox_probe (
     probe      text,
     outcome    text
 );
-GRANT SELECT, INSERT, UPDATE, DELETE ON public.invoices, public.handler_calls, public.sandbox_probe TO inbox_guest;
+CREATE TABLE IF NOT EXISTS public.typed_probe (
+    first  text,
+    second text
+);
+GRANT SELECT, INSERT, UPDATE, DELETE
+    ON public.invoices, public.handler_calls, public.sandbox_probe, public.typed_probe
+    TO inbox_guest;

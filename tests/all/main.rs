@@ -6,3 +6,4 @@ mod inbox_core;
 mod kafka_runner;
 mod plugin_loading;
 mod sandbox;
+mod security;

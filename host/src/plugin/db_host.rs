@@ -1,6 +1,8 @@
 //! The host side of the WIT `db` interface: every call runs on the message's
 //! inbox transaction, through sqlx's extended protocol.
 
+use std::time::Instant;
+
 use super::bindings::inbox::host::{db, types};
 use super::bindings::{DbError, Rows, Value};
 use super::db_values::{bind_all, keyed_sql, rows_to_values};
@@ -27,7 +29,9 @@ impl db::Host for GuestState {
             Err(e) => return Ok(Err(e)),
         };
         let tx = transaction(&mut self.tx)?;
+        let waiting = Instant::now();
         let done = query.execute(&mut **tx).await;
+        self.waited += waiting.elapsed();
         self.settle(done.map(|r| r.rows_affected()))
     }
 
@@ -42,7 +46,9 @@ impl db::Host for GuestState {
             Err(e) => return Ok(Err(e)),
         };
         let tx = transaction(&mut self.tx)?;
+        let waiting = Instant::now();
         let fetched = query.fetch_all(&mut **tx).await;
+        self.waited += waiting.elapsed();
         Ok(self.settle(fetched)?.and_then(|rows| {
             let (columns, rows) = rows_to_values(&rows)?;
             Ok(Rows { columns, rows })

@@ -14,9 +14,9 @@ pub(super) const EPOCH_TICK: Duration = Duration::from_millis(10);
 /// What one message's guest may use.
 #[derive(Debug, Clone)]
 pub struct SandboxLimits {
-    /// The longest a guest may run for one message, counted in wall-clock time
-    /// while it executes wasm (a guest waiting on a query is bounded by
-    /// `statement_timeout` instead: an epoch cannot interrupt a host await).
+    /// The longest a guest may run wasm for one message (wall-clock, checked every
+    /// 10 ms). Time waiting on `db` calls does not count: `statement_timeout`
+    /// bounds those, since an epoch cannot interrupt a host await.
     pub deadline: Duration,
     /// The most linear memory a guest instance may have, in bytes.
     pub memory_bytes: usize,

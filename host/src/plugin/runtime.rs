@@ -1,7 +1,7 @@
 //! Running a plugin for one message: a fresh store that owns the inbox
 //! transaction, one instance, one call, and a verdict the runner can act on.
 
-use wasmtime::{Store, Trap};
+use wasmtime::{Store, Trap, UpdateDeadline};
 
 use super::bindings::{Event, Header};
 use super::db_host::ConnectionLost;
@@ -71,9 +71,18 @@ impl Plugin {
         let limits = &self.runtime.limits;
         let mut store = Store::new(&self.runtime.engine, GuestState::new(tx, limits));
         store.limiter(|state| &mut state.memory);
-        let ticks = limits.deadline.as_millis() / super::engine::EPOCH_TICK.as_millis();
-        store.set_epoch_deadline(u64::try_from(ticks).unwrap_or(u64::MAX).max(1));
-        store.epoch_deadline_trap();
+        // Checked every epoch tick: the deadline counts time running wasm, not time
+        // waiting on queries (statement_timeout bounds those). Between checks the
+        // guest yields, so a busy guest does not hold an executor thread.
+        let deadline = limits.deadline;
+        store.set_epoch_deadline(1);
+        store.epoch_deadline_callback(move |ctx| {
+            Ok(if ctx.data().ran_for() >= deadline {
+                UpdateDeadline::Interrupt
+            } else {
+                UpdateDeadline::Yield(1)
+            })
+        });
         store
     }
 

@@ -1,3 +1,5 @@
+use std::time::{Duration, Instant};
+
 use wasmtime::component::ResourceTable;
 use wasmtime::ResourceLimiter;
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
@@ -14,6 +16,10 @@ pub(crate) struct GuestState {
     pub tx: Option<Tx>,
     /// The first statement PostgreSQL rejected: it aborted the transaction.
     pub failed_statement: Option<DbError>,
+    /// When the guest started, and how long it has since spent waiting on `db`
+    /// calls: the CPU deadline counts only the difference.
+    pub started: Instant,
+    pub waited: Duration,
     pub memory: MemoryCap,
     pub stdout: MemoryOutputPipe,
     pub stderr: MemoryOutputPipe,
@@ -38,12 +44,21 @@ impl GuestState {
         Self {
             tx,
             failed_statement: None,
+            started: Instant::now(),
+            waited: Duration::ZERO,
             memory: MemoryCap::new(limits.memory_bytes),
             stdout,
             stderr,
             wasi,
             table: ResourceTable::new(),
         }
+    }
+}
+
+impl GuestState {
+    /// Time the guest has run wasm, excluding waits on the database.
+    pub fn ran_for(&self) -> Duration {
+        self.started.elapsed().saturating_sub(self.waited)
     }
 }
 
