@@ -131,6 +131,10 @@ pub struct RunArgs {
     /// empty value runs guests as the host's login: never do that in production.
     #[arg(long, env = "INBOX_GUEST_ROLE", default_value = "inbox_guest")]
     pub guest_role: String,
+    /// Serve /metrics (Prometheus text: messages by outcome and failure kind, the
+    /// active plugin digest) and /health on this address, e.g. 127.0.0.1:9464.
+    #[arg(long, env = "INBOX_STATUS_ADDR")]
+    pub status_addr: Option<String>,
     /// Longest a guest may run per message, in ms.
     #[arg(long, env = "INBOX_GUEST_DEADLINE_MS", default_value_t = 5_000)]
     pub guest_deadline_ms: u64,

@@ -118,6 +118,7 @@ async fn through_kafka<S: HandlerSource>(db: &TestDb, broker: &LocalBroker, sour
             max_attempts: None,
         },
         observer: Some(observer),
+        metrics: None,
     };
     let stop = StopWhen {
         after_deliveries: Some(messages as u64),

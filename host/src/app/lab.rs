@@ -203,6 +203,7 @@ impl Stage {
                 max_attempts: None,
             },
             observer: Some(observer),
+            metrics: None,
         };
         let stop = StopWhen {
             after_deliveries: Some(1),

@@ -6,6 +6,7 @@ mod lab;
 mod native_billing;
 mod pipeline;
 mod settings;
+mod status;
 
 use std::future::Future;
 
@@ -17,6 +18,7 @@ pub use lab::{lab, LabRow};
 pub use native_billing::NativeBilling;
 pub use pipeline::{Delivery, HandlerSource, Pipeline, PipelineLimits, StopWhen, Verdict};
 pub use settings::RunSettings;
+pub use status::Metrics;
 
 use crate::inbox::{self, Runner};
 use crate::kafka::Consumer;
@@ -42,6 +44,14 @@ pub async fn run(settings: RunSettings, shutdown: impl Future<Output = ()>) -> a
     );
     let cell = PluginCell::new(plugin);
     let _reloads = spawn_hot_swap(&settings.plugin, &runtime, &cell)?;
+    let metrics = std::sync::Arc::new(Metrics::default());
+    if let Some(addr) = &settings.status_addr {
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("cannot listen on --status-addr {addr}"))?;
+        tracing::info!(addr = %listener.local_addr()?, "serving /metrics and /health");
+        tokio::spawn(status::serve(listener, metrics.clone(), cell.clone()));
+    }
 
     let consumer = Consumer::join(&settings.consumer).with_context(|| {
         format!(
@@ -55,6 +65,7 @@ pub async fn run(settings: RunSettings, shutdown: impl Future<Output = ()>) -> a
         source: cell,
         limits: settings.limits.clone(),
         observer: None,
+        metrics: Some(metrics),
     };
     pipeline.run(shutdown, StopWhen::default()).await?;
     tracing::info!("stopped: in-flight message finished, offsets committed, group left");

@@ -72,6 +72,7 @@ pub struct Pipeline<S> {
     pub source: S,
     pub limits: PipelineLimits,
     pub observer: Option<UnboundedSender<Delivery>>,
+    pub metrics: Option<Arc<super::Metrics>>,
 }
 
 const CAUGHT_UP_POLL: std::time::Duration = std::time::Duration::from_millis(250);
@@ -107,6 +108,9 @@ impl<S: HandlerSource> Pipeline<S> {
             };
             let delivery = self.deliver(&record).await?;
             delivered += 1;
+            if let Some(metrics) = &self.metrics {
+                metrics.record(&delivery.verdict);
+            }
             if let Some(observer) = &self.observer {
                 let _ = observer.send(delivery);
             }

@@ -22,6 +22,7 @@ pub struct RunSettings {
     pub runner: RunnerSettings,
     pub limits: PipelineLimits,
     pub sandbox: SandboxLimits,
+    pub status_addr: Option<String>,
 }
 
 impl RunSettings {
@@ -102,6 +103,7 @@ impl RunSettings {
                 memory_bytes: args.guest_memory_mib.max(1) << 20,
                 ..SandboxLimits::default()
             },
+            status_addr: args.status_addr.filter(|a| !a.trim().is_empty()),
         })
     }
 }

@@ -1,0 +1,70 @@
+//! Counters of what happened to messages, and a small HTTP endpoint that serves
+//! them (`/metrics`, Prometheus text) with the active plugin digest (`/health`).
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+
+use super::Verdict;
+use crate::inbox::Outcome;
+use crate::plugin::PluginCell;
+
+/// Message counts by outcome and failures by kind.
+#[derive(Debug, Default)]
+pub struct Metrics {
+    counts: Mutex<BTreeMap<(&'static str, &'static str), u64>>,
+}
+
+impl Metrics {
+    pub fn record(&self, verdict: &Verdict) {
+        let key = match verdict {
+            Verdict::Handled(Outcome::Failed(e)) => ("failed", e.kind.as_str()),
+            Verdict::Handled(outcome) => (outcome.label(), ""),
+            Verdict::SetAside(_) => ("set_aside", ""),
+        };
+        *self.counts.lock().unwrap_or_else(|e| e.into_inner()).entry(key).or_default() += 1;
+    }
+
+    /// Prometheus text exposition.
+    pub fn render(&self, digest: &str) -> String {
+        let mut out = String::from("# TYPE inbox_messages_total counter\n");
+        for ((outcome, kind), n) in self.counts.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+            if kind.is_empty() {
+                out.push_str(&format!("inbox_messages_total{{outcome=\"{outcome}\"}} {n}\n"));
+            } else {
+                out.push_str(&format!("inbox_messages_total{{outcome=\"{outcome}\",kind=\"{kind}\"}} {n}\n"));
+            }
+        }
+        out.push_str("# TYPE inbox_plugin_info gauge\n");
+        out.push_str(&format!("inbox_plugin_info{{digest=\"{digest}\"}} 1\n"));
+        out
+    }
+}
+
+/// Serves `/metrics` and `/health` on `listener` until the task is dropped.
+pub async fn serve(listener: TcpListener, metrics: std::sync::Arc<Metrics>, cell: PluginCell) {
+    loop {
+        let Ok((mut stream, _)) = listener.accept().await else { continue };
+        let (metrics, cell) = (metrics.clone(), cell.clone());
+        tokio::spawn(async move {
+            let mut request = [0u8; 1024];
+            let n = stream.read(&mut request).await.unwrap_or(0);
+            let line = String::from_utf8_lossy(&request[..n]);
+            let digest = cell.current().digest().to_string();
+            let (status, body) = if line.starts_with("GET /metrics") {
+                ("200 OK", metrics.render(&digest))
+            } else if line.starts_with("GET /health") {
+                ("200 OK", format!("ok plugin={digest}\n"))
+            } else {
+                ("404 Not Found", "try /metrics or /health\n".to_string())
+            };
+            let response = format!(
+                "HTTP/1.1 {status}\r\ncontent-type: text/plain; version=0.0.4\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = stream.write_all(response.as_bytes()).await;
+        });
+    }
+}
