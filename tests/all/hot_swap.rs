@@ -46,7 +46,9 @@ async fn invoices(stage: &Stage) -> i64 {
 
 async fn wait_assigned(hosts: &[&Host]) {
     wait_until("hosts assigned partitions", LONG, || async {
-        hosts.iter().all(|h| h.log().contains("partitions assigned"))
+        hosts
+            .iter()
+            .all(|h| h.log().contains("partitions assigned"))
     })
     .await;
 }
@@ -63,7 +65,9 @@ async fn v1_v2_v1_v2_swaps_under_a_steady_stream_handle_every_message_once_by_on
     wait_assigned(&[&host]).await;
 
     // A steady stream: 100 orders every 100 ms.
-    let records: Vec<_> = (0..TOTAL).map(|n| stage.order(&format!("order-{n}"), n)).collect();
+    let records: Vec<_> = (0..TOTAL)
+        .map(|n| stage.order(&format!("order-{n}"), n))
+        .collect();
     let producing = async {
         for batch in records.chunks(100) {
             stage.produce(batch.to_vec()).await;
@@ -74,10 +78,16 @@ async fn v1_v2_v1_v2_swaps_under_a_steady_stream_handle_every_message_once_by_on
         let mut report = Vec::new();
         for (n, (version, digest)) in [(&v2, &d2), (&v1, &d1), (&v2, &d2)].into_iter().enumerate() {
             let threshold = (n as i64 + 1) * TOTAL / 4;
-            wait_until("progress before the next deploy", LONG, || async { invoices(&stage).await >= threshold }).await;
+            wait_until("progress before the next deploy", LONG, || async {
+                invoices(&stage).await >= threshold
+            })
+            .await;
             let before = invoices(&stage).await;
             let deployed_at = deployed.deploy(version);
-            let since = deployed_at.duration_since(UNIX_EPOCH).expect("clock").as_secs_f64();
+            let since = deployed_at
+                .duration_since(UNIX_EPOCH)
+                .expect("clock")
+                .as_secs_f64();
             let started = Instant::now();
             wait_until("a message handled by the new version", LONG, || async {
                 stage
@@ -100,15 +110,25 @@ async fn v1_v2_v1_v2_swaps_under_a_steady_stream_handle_every_message_once_by_on
         report
     };
     let ((), report) = tokio::join!(producing, swapping);
-    wait_until("every order invoiced", LONG, || async { invoices(&stage).await >= TOTAL }).await;
+    wait_until("every order invoiced", LONG, || async {
+        invoices(&stage).await >= TOTAL
+    })
+    .await;
     for line in &report {
         eprintln!("{line}");
     }
 
     let db = &stage.db;
     assert_eq!(invoices(&stage).await, TOTAL);
-    assert_eq!(db.count("SELECT count(DISTINCT message_id) FROM invoices").await, TOTAL);
-    assert_eq!(db.count("SELECT count(*) FROM inbox_host.inbox").await, TOTAL);
+    assert_eq!(
+        db.count("SELECT count(DISTINCT message_id) FROM invoices")
+            .await,
+        TOTAL
+    );
+    assert_eq!(
+        db.count("SELECT count(*) FROM inbox_host.inbox").await,
+        TOTAL
+    );
     let consistent = db
         .count(&format!(
             "SELECT count(*) FROM inbox_host.inbox i JOIN invoices v USING (message_id)
@@ -116,9 +136,16 @@ async fn v1_v2_v1_v2_swaps_under_a_steady_stream_handle_every_message_once_by_on
                 OR (i.plugin_digest = '{d2}' AND v.marker = 'billing-v2')"
         ))
         .await;
-    assert_eq!(consistent, TOTAL, "a row's digest does not match the marker its invoice carries");
+    assert_eq!(
+        consistent, TOTAL,
+        "a row's digest does not match the marker its invoice carries"
+    );
     for (digest, name) in [(&d1, "v1"), (&d2, "v2")] {
-        let handled = db.count(&format!("SELECT count(*) FROM inbox_host.inbox WHERE plugin_digest = '{digest}'")).await;
+        let handled = db
+            .count(&format!(
+                "SELECT count(*) FROM inbox_host.inbox WHERE plugin_digest = '{digest}'"
+            ))
+            .await;
         assert!(handled > 0, "{name} handled nothing");
     }
     // Per partition, in offset order, the version changes at most three times.
@@ -130,8 +157,16 @@ async fn v1_v2_v1_v2_swaps_under_a_steady_stream_handle_every_message_once_by_on
              WHERE changed",
         )
         .await;
-    assert!(changes <= 9, "versions interleave within a partition: {changes} changes");
-    assert_eq!(host.log().matches("plugin swapped").count(), 3, "{}", host.log());
+    assert!(
+        changes <= 9,
+        "versions interleave within a partition: {changes} changes"
+    );
+    assert_eq!(
+        host.log().matches("plugin swapped").count(),
+        3,
+        "{}",
+        host.log()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -141,26 +176,58 @@ async fn a_broken_version_is_rejected_and_the_stream_continues_on_the_old_one() 
     let deployed = Deployed::new(&plugin("billing"));
     let mut host = stage.spawn_host(&deployed.live, &[]);
     wait_assigned(&[&host]).await;
-    stage.produce((0..100).map(|n| stage.order(&format!("a-{n}"), n)).collect()).await;
-    wait_until("the first 100 invoiced", LONG, || async { invoices(&stage).await == 100 }).await;
+    stage
+        .produce(
+            (0..100)
+                .map(|n| stage.order(&format!("a-{n}"), n))
+                .collect(),
+        )
+        .await;
+    wait_until("the first 100 invoiced", LONG, || async {
+        invoices(&stage).await == 100
+    })
+    .await;
 
     let v1 = std::fs::read(plugin("billing")).expect("v1");
     deployed.deploy_bytes(&v1[..v1.len() / 3]);
-    wait_until("the truncated file rejected", LONG, || async { host.log().contains("new plugin version rejected") }).await;
+    wait_until("the truncated file rejected", LONG, || async {
+        host.log().contains("new plugin version rejected")
+    })
+    .await;
     deployed.deploy(&plugin("not-a-handler"));
     wait_until("the wrong world rejected", LONG, || async {
         host.log().matches("new plugin version rejected").count() >= 2
     })
     .await;
     let log = host.log();
-    assert!(log.contains("is not a valid WebAssembly component"), "{log}");
-    assert!(log.contains("does not match the `inbox:host/handler` world"), "{log}");
+    assert!(
+        log.contains("is not a valid WebAssembly component"),
+        "{log}"
+    );
+    assert!(
+        log.contains("does not match the `inbox:host/handler` world"),
+        "{log}"
+    );
 
-    stage.produce((0..100).map(|n| stage.order(&format!("b-{n}"), n)).collect()).await;
-    wait_until("the next 100 invoiced", LONG, || async { invoices(&stage).await == 200 }).await;
+    stage
+        .produce(
+            (0..100)
+                .map(|n| stage.order(&format!("b-{n}"), n))
+                .collect(),
+        )
+        .await;
+    wait_until("the next 100 invoiced", LONG, || async {
+        invoices(&stage).await == 200
+    })
+    .await;
     assert!(host.is_running());
     assert_eq!(
-        stage.db.count(&format!("SELECT count(*) FROM inbox_host.inbox WHERE plugin_digest = '{d1}'")).await,
+        stage
+            .db
+            .count(&format!(
+                "SELECT count(*) FROM inbox_host.inbox WHERE plugin_digest = '{d1}'"
+            ))
+            .await,
         200,
         "every message ran on the old version"
     );
@@ -181,12 +248,28 @@ async fn two_hosts_in_one_group_both_pick_up_the_deploy() {
         a.log().contains("plugin swapped") && b.log().contains("plugin swapped")
     })
     .await;
-    stage.produce((0..200).map(|n| stage.order(&format!("after-{n}"), n)).collect()).await;
-    wait_until("200 invoiced", LONG, || async { invoices(&stage).await == 200 }).await;
-    let on_v2 = stage.db.count(&format!("SELECT count(*) FROM inbox_host.inbox WHERE plugin_digest = '{d2}'")).await;
+    stage
+        .produce(
+            (0..200)
+                .map(|n| stage.order(&format!("after-{n}"), n))
+                .collect(),
+        )
+        .await;
+    wait_until("200 invoiced", LONG, || async {
+        invoices(&stage).await == 200
+    })
+    .await;
+    let on_v2 = stage
+        .db
+        .count(&format!(
+            "SELECT count(*) FROM inbox_host.inbox WHERE plugin_digest = '{d2}'"
+        ))
+        .await;
     let workers = stage
         .db
-        .count(&format!("SELECT count(DISTINCT worker_id) FROM inbox_host.inbox WHERE plugin_digest = '{d2}'"))
+        .count(&format!(
+            "SELECT count(DISTINCT worker_id) FROM inbox_host.inbox WHERE plugin_digest = '{d2}'"
+        ))
         .await;
     assert_eq!((on_v2, workers), (200, 2));
 }

@@ -302,21 +302,41 @@ async fn records_the_host_cannot_use_are_set_aside_with_a_reason_and_never_skipp
 #[tokio::test(flavor = "multi_thread")]
 async fn the_status_endpoint_counts_outcomes_by_kind_and_names_the_active_digest() {
     let stage = Stage::new(1).await;
-    let port = std::net::TcpListener::bind("127.0.0.1:0").expect("port").local_addr().expect("addr").port();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("port")
+        .local_addr()
+        .expect("addr")
+        .port();
     let addr = format!("127.0.0.1:{port}");
-    let host = stage.spawn_host(&plugin("billing"), &["--status-addr", &addr, "--max-attempts", "2"]);
+    let host = stage.spawn_host(
+        &plugin("billing"),
+        &["--status-addr", &addr, "--max-attempts", "2"],
+    );
     let mut records: Vec<_> = (0..3).map(|n| stage.order(&format!("ok-{n}"), n)).collect();
     records.push(stage.record("bad", Some(0), "not json"));
     stage.produce(records).await;
     wait_until("the bad record set aside", LONG, || async {
-        stage.db.count("SELECT count(*) FROM inbox_host.dead_letters").await == 1
+        stage
+            .db
+            .count("SELECT count(*) FROM inbox_host.dead_letters")
+            .await
+            == 1
     })
     .await;
 
     let metrics = http_get(&addr, "/metrics");
-    assert!(metrics.contains("inbox_messages_total{outcome=\"processed\"} 3"), "{metrics}");
-    assert!(metrics.contains("inbox_messages_total{outcome=\"failed\",kind=\"handler-error\"} 1"), "{metrics}");
-    assert!(metrics.contains("inbox_messages_total{outcome=\"set_aside\"} 1"), "{metrics}");
+    assert!(
+        metrics.contains("inbox_messages_total{outcome=\"processed\"} 3"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("inbox_messages_total{outcome=\"failed\",kind=\"handler-error\"} 1"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("inbox_messages_total{outcome=\"set_aside\"} 1"),
+        "{metrics}"
+    );
     let digest = inbox_host::plugin::digest_of(&std::fs::read(plugin("billing")).expect("billing"));
     assert!(http_get(&addr, "/health").contains(&format!("ok plugin={digest}")));
     drop(host);

@@ -43,7 +43,10 @@ impl Arena {
             },
         );
         // A message handled earlier: attacks on the inbox must leave it alone.
-        assert_eq!(runner.process(&order("victim", 1), &load("billing")).await, Outcome::Processed);
+        assert_eq!(
+            runner.process(&order("victim", 1), &load("billing")).await,
+            Outcome::Processed
+        );
         Self { db, pool, runner }
     }
 
@@ -56,7 +59,13 @@ impl Arena {
         .fetch_one(&self.pool)
         .await
         .expect("session state");
-        Session { pid, user, statement_timeout, advisory_locks, listening }
+        Session {
+            pid,
+            user,
+            statement_timeout,
+            advisory_locks,
+            listening,
+        }
     }
 
     /// Runs `sql` as a guest and checks everything a successful attack would change.
@@ -68,53 +77,109 @@ impl Arena {
             ..order(&id, 1)
         };
         let outcome = self.runner.process(&attack, &load("sql-runner")).await;
-        let Outcome::Failed(error) = outcome else { panic!("`{sql}` was not refused: {outcome:?}") };
+        let Outcome::Failed(error) = outcome else {
+            panic!("`{sql}` was not refused: {outcome:?}")
+        };
         let count = |q: String| async move { self.db.count(&q).await };
-        assert_eq!(count(format!("SELECT count(*) FROM inbox_host.inbox WHERE message_id = '{id}'")).await, 0, "{sql}");
-        assert_eq!(count("SELECT count(*) FROM inbox_host.inbox WHERE message_id = 'victim'".into()).await, 1, "{sql}");
-        assert_eq!(self.session().await, before, "`{sql}` leaked into the session");
+        assert_eq!(
+            count(format!(
+                "SELECT count(*) FROM inbox_host.inbox WHERE message_id = '{id}'"
+            ))
+            .await,
+            0,
+            "{sql}"
+        );
+        assert_eq!(
+            count("SELECT count(*) FROM inbox_host.inbox WHERE message_id = 'victim'".into()).await,
+            1,
+            "{sql}"
+        );
+        assert_eq!(
+            self.session().await,
+            before,
+            "`{sql}` leaked into the session"
+        );
 
         // The next normal message on the same connection is handled normally.
         let next = format!("after-{id}");
-        assert_eq!(self.runner.process(&order(&next, 2), &load("billing")).await, Outcome::Processed, "{sql}");
-        assert_eq!(count(format!("SELECT count(*) FROM invoices WHERE message_id = '{next}'")).await, 1);
+        assert_eq!(
+            self.runner
+                .process(&order(&next, 2), &load("billing"))
+                .await,
+            Outcome::Processed,
+            "{sql}"
+        );
+        assert_eq!(
+            count(format!(
+                "SELECT count(*) FROM invoices WHERE message_id = '{next}'"
+            ))
+            .await,
+            1
+        );
         error.message
     }
 }
 
 fn fxhash(s: &str) -> u64 {
-    s.bytes().fold(0xcbf29ce484222325, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100000001b3))
+    s.bytes().fold(0xcbf29ce484222325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x100000001b3)
+    })
 }
 
 async fn refused(cases: &[&str]) {
     let arena = Arena::new().await;
     for sql in cases {
         let message = arena.repel(sql).await;
-        assert!(message.contains("IH001") || message.contains("42501"), "`{sql}`: {message}");
+        assert!(
+            message.contains("IH001") || message.contains("42501"),
+            "`{sql}`: {message}"
+        );
     }
 }
 
 #[tokio::test]
 async fn transaction_control_cannot_end_or_restart_the_inbox_transaction() {
-    refused(&["COMMIT", "END", "ROLLBACK", "ABORT", "BEGIN", "START TRANSACTION", "SELECT 1; COMMIT",
-        "INSERT INTO invoices (order_id, amount) VALUES ('x', 1); COMMIT", "SAVEPOINT a", "ROLLBACK TO a", "RELEASE a",
-        "PREPARE TRANSACTION 'x'"])
+    refused(&[
+        "COMMIT",
+        "END",
+        "ROLLBACK",
+        "ABORT",
+        "BEGIN",
+        "START TRANSACTION",
+        "SELECT 1; COMMIT",
+        "INSERT INTO invoices (order_id, amount) VALUES ('x', 1); COMMIT",
+        "SAVEPOINT a",
+        "ROLLBACK TO a",
+        "RELEASE a",
+        "PREPARE TRANSACTION 'x'",
+    ])
     .await;
 }
 
 #[tokio::test]
 async fn roles_and_settings_cannot_be_changed() {
-    refused(&["SET ROLE postgres", "RESET ROLE", "SET SESSION AUTHORIZATION postgres",
-        "SELECT set_config('role', 'postgres', false)", "SET statement_timeout = 0",
-        "SELECT pg_catalog.set_config('statement_timeout', '0', false)", "SET LOCAL lock_timeout = 0"])
+    refused(&[
+        "SET ROLE postgres",
+        "RESET ROLE",
+        "SET SESSION AUTHORIZATION postgres",
+        "SELECT set_config('role', 'postgres', false)",
+        "SET statement_timeout = 0",
+        "SELECT pg_catalog.set_config('statement_timeout', '0', false)",
+        "SET LOCAL lock_timeout = 0",
+    ])
     .await;
 }
 
 #[tokio::test]
 async fn the_inbox_table_cannot_be_read_changed_or_shadowed() {
-    refused(&["DELETE FROM inbox_host.inbox", "TRUNCATE inbox_host.inbox", "UPDATE inbox_host.inbox SET worker_id = 'x'",
-        "SELECT * FROM inbox_host.inbox", "CREATE TEMP TABLE inbox (message_id text)",
-        "INSERT INTO inbox_host.dead_letters (consumer_group) VALUES ('x')"])
+    refused(&[
+        "DELETE FROM inbox_host.inbox",
+        "TRUNCATE inbox_host.inbox",
+        "UPDATE inbox_host.inbox SET worker_id = 'x'",
+        "SELECT * FROM inbox_host.inbox",
+        "CREATE TEMP TABLE inbox (message_id text)",
+        "INSERT INTO inbox_host.dead_letters (consumer_group) VALUES ('x')",
+    ])
     .await;
 }
 
@@ -122,7 +187,10 @@ async fn the_inbox_table_cannot_be_read_changed_or_shadowed() {
 async fn locks_listens_sleeps_and_backend_control_are_refused() {
     let arena = Arena::new().await;
     let mut bystander = arena.db.pool.acquire().await.expect("bystander");
-    let pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()").fetch_one(&mut *bystander).await.expect("pid");
+    let pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
+        .fetch_one(&mut *bystander)
+        .await
+        .expect("pid");
     for sql in [
         "SELECT pg_advisory_lock(1)".to_string(),
         "SELECT pg_try_advisory_lock(1)".into(),
@@ -140,14 +208,19 @@ async fn locks_listens_sleeps_and_backend_control_are_refused() {
         let message = arena.repel(&sql).await;
         assert!(message.contains("IH001"), "`{sql}`: {message}");
     }
-    let alive: i32 = sqlx::query_scalar("SELECT 1").fetch_one(&mut *bystander).await.expect("bystander survived");
+    let alive: i32 = sqlx::query_scalar("SELECT 1")
+        .fetch_one(&mut *bystander)
+        .await
+        .expect("bystander survived");
     assert_eq!(alive, 1);
 }
 
 #[tokio::test]
 async fn a_guest_query_running_past_statement_timeout_is_cancelled() {
     let arena = Arena::new().await;
-    let message = arena.repel("SELECT count(*) FROM generate_series(1, 1000000000)").await;
+    let message = arena
+        .repel("SELECT count(*) FROM generate_series(1, 1000000000)")
+        .await;
     assert!(message.contains("57014"), "{message}");
 }
 
@@ -155,7 +228,15 @@ async fn a_guest_query_running_past_statement_timeout_is_cancelled() {
 async fn the_same_sql_bound_with_text_then_an_integer_uses_the_right_statement_each_time() {
     let db = TestDb::start().await;
     let runner = crate::inbox_core::runner(&db);
-    assert_eq!(runner.process(&order("typed", 1), &load("typed-params")).await, Outcome::Processed);
-    let seen: (String, String) = sqlx::query_as("SELECT first, second FROM typed_probe").fetch_one(&db.pool).await.expect("row");
+    assert_eq!(
+        runner
+            .process(&order("typed", 1), &load("typed-params"))
+            .await,
+        Outcome::Processed
+    );
+    let seen: (String, String) = sqlx::query_as("SELECT first, second FROM typed_probe")
+        .fetch_one(&db.pool)
+        .await
+        .expect("row");
     assert_eq!(seen, ("text".to_string(), "bigint".to_string()));
 }

@@ -18,8 +18,14 @@ use inbox_host_tests::{order, plugin, unique, TestDb};
 const ROUNDS: usize = 5;
 
 fn main() {
-    let messages: usize = std::env::var("BENCH_MESSAGES").ok().and_then(|v| v.parse().ok()).unwrap_or(1000);
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
+    let messages: usize = std::env::var("BENCH_MESSAGES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1000);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
     rt.block_on(async move {
         let db = TestDb::start_with(Durability::Production).await;
         let runtime = Runtime::new(SandboxLimits::default()).expect("wasm runtime");
@@ -72,7 +78,9 @@ fn runner(db: &TestDb, group: &str) -> Runner {
 async fn in_process<H: Handler>(runner: &Runner, handler: &H, messages: usize, tag: &str) -> f64 {
     let started = Instant::now();
     for i in 0..messages {
-        let outcome = runner.process(&order(&format!("{tag}-{i}"), 1), handler).await;
+        let outcome = runner
+            .process(&order(&format!("{tag}-{i}"), 1), handler)
+            .await;
         assert_eq!(outcome, Outcome::Processed);
     }
     messages as f64 / started.elapsed().as_secs_f64()
@@ -80,7 +88,12 @@ async fn in_process<H: Handler>(runner: &Runner, handler: &H, messages: usize, t
 
 /// Messages per second from the first delivery to the last (group join excluded),
 /// through the same pipeline the binary runs.
-async fn through_kafka<S: HandlerSource>(db: &TestDb, broker: &LocalBroker, source: S, messages: usize) -> f64 {
+async fn through_kafka<S: HandlerSource>(
+    db: &TestDb,
+    broker: &LocalBroker,
+    source: S,
+    messages: usize,
+) -> f64 {
     let topic = unique("bench");
     broker.create_topic(&topic, 3).expect("topic");
     let records: Vec<_> = (0..messages)
@@ -91,11 +104,15 @@ async fn through_kafka<S: HandlerSource>(db: &TestDb, broker: &LocalBroker, sour
                 partition: None,
                 key: Some(id.clone().into_bytes()),
                 headers: vec![("message_id".into(), id.clone().into_bytes())],
-                payload: serde_json::json!({ "order_id": id, "amount": 1 }).to_string().into_bytes(),
+                payload: serde_json::json!({ "order_id": id, "amount": 1 })
+                    .to_string()
+                    .into_bytes(),
             }
         })
         .collect();
-    kafka::produce(broker.bootstrap(), &records).await.expect("produce");
+    kafka::produce(broker.bootstrap(), &records)
+        .await
+        .expect("produce");
     let consumer = Consumer::join(&ConsumerSettings {
         brokers: broker.bootstrap().to_string(),
         group: topic.clone(),
@@ -133,7 +150,10 @@ async fn through_kafka<S: HandlerSource>(db: &TestDb, broker: &LocalBroker, sour
         }
         (first, last)
     });
-    pipeline.run(std::future::pending(), stop).await.expect("pipeline");
+    pipeline
+        .run(std::future::pending(), stop)
+        .await
+        .expect("pipeline");
     let (first, last) = timing.await.expect("timing");
     let first = first.expect("nothing delivered");
     (messages - 1) as f64 / (last - first).as_secs_f64()
@@ -148,5 +168,9 @@ fn median(values: &[f64]) -> f64 {
 fn row(path: &str, wasm: &[f64], native: &[f64]) -> String {
     let (w, n) = (median(wasm), median(native));
     let cost_us = (1.0 / w - 1.0 / n) * 1e6;
-    format!("{path:<24} {w:>16.0} {n:>14.0} {:>13.2} {:>13.0} µs", w / n, cost_us)
+    format!(
+        "{path:<24} {w:>16.0} {n:>14.0} {:>13.2} {:>13.0} µs",
+        w / n,
+        cost_us
+    )
 }

@@ -58,7 +58,10 @@ impl TestDb {
                 (Some(pg), url)
             }
         };
-        let pool = inbox::pool_options(8).connect(&url).await.expect("connecting");
+        let pool = inbox::pool_options(8)
+            .connect(&url)
+            .await
+            .expect("connecting");
         inbox::migrate(&pool).await.expect("migrations");
         inbox::apply_example_tables(&pool)
             .await

@@ -73,7 +73,11 @@ pub async fn run(settings: RunSettings, shutdown: impl Future<Output = ()>) -> a
 }
 
 /// Watches the plugin file and SIGHUP; returns the handle that keeps it running.
-fn spawn_hot_swap(path: &std::path::Path, runtime: &Runtime, cell: &PluginCell) -> anyhow::Result<tokio::task::JoinHandle<()>> {
+fn spawn_hot_swap(
+    path: &std::path::Path,
+    runtime: &Runtime,
+    cell: &PluginCell,
+) -> anyhow::Result<tokio::task::JoinHandle<()>> {
     use tokio::signal::unix::{signal, SignalKind};
     let (reload_tx, reload_rx) = tokio::sync::mpsc::channel(1);
     let mut hangups = signal(SignalKind::hangup()).context("installing the SIGHUP handler")?;
@@ -109,15 +113,12 @@ pub async fn load_plugin(runtime: &Runtime, path: &std::path::Path) -> anyhow::R
 }
 
 pub(crate) async fn connect(url: &str) -> anyhow::Result<PgPool> {
-    inbox::pool_options(4)
-        .connect(url)
-        .await
-        .with_context(|| {
-            format!(
-                "cannot connect to PostgreSQL at {}: check --database-url / DATABASE_URL",
-                redact(url)
-            )
-        })
+    inbox::pool_options(4).connect(url).await.with_context(|| {
+        format!(
+            "cannot connect to PostgreSQL at {}: check --database-url / DATABASE_URL",
+            redact(url)
+        )
+    })
 }
 
 /// The URL without its password, for messages.

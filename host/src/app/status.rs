@@ -24,7 +24,12 @@ impl Metrics {
             Verdict::Handled(outcome) => (outcome.label(), ""),
             Verdict::SetAside(_) => ("set_aside", ""),
         };
-        *self.counts.lock().unwrap_or_else(|e| e.into_inner()).entry(key).or_default() += 1;
+        *self
+            .counts
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(key)
+            .or_default() += 1;
     }
 
     /// Prometheus text exposition.
@@ -32,9 +37,13 @@ impl Metrics {
         let mut out = String::from("# TYPE inbox_messages_total counter\n");
         for ((outcome, kind), n) in self.counts.lock().unwrap_or_else(|e| e.into_inner()).iter() {
             if kind.is_empty() {
-                out.push_str(&format!("inbox_messages_total{{outcome=\"{outcome}\"}} {n}\n"));
+                out.push_str(&format!(
+                    "inbox_messages_total{{outcome=\"{outcome}\"}} {n}\n"
+                ));
             } else {
-                out.push_str(&format!("inbox_messages_total{{outcome=\"{outcome}\",kind=\"{kind}\"}} {n}\n"));
+                out.push_str(&format!(
+                    "inbox_messages_total{{outcome=\"{outcome}\",kind=\"{kind}\"}} {n}\n"
+                ));
             }
         }
         out.push_str("# TYPE inbox_plugin_info gauge\n");
@@ -46,7 +55,9 @@ impl Metrics {
 /// Serves `/metrics` and `/health` on `listener` until the task is dropped.
 pub async fn serve(listener: TcpListener, metrics: std::sync::Arc<Metrics>, cell: PluginCell) {
     loop {
-        let Ok((mut stream, _)) = listener.accept().await else { continue };
+        let Ok((mut stream, _)) = listener.accept().await else {
+            continue;
+        };
         let (metrics, cell) = (metrics.clone(), cell.clone());
         tokio::spawn(async move {
             let mut request = [0u8; 1024];

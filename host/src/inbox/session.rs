@@ -48,18 +48,28 @@ pub async fn ensure_guest_role(pool: &PgPool, role: &str) -> anyhow::Result<()> 
     if !exists {
         create(pool, "CREATE ROLE %I NOLOGIN", role)
             .await
-            .with_context(|| format!("the guest role {role} does not exist and cannot be created; {instructions}"))?;
-        tracing::info!(role, "created the guest role; grant it rights on your plugin's tables");
+            .with_context(|| {
+                format!(
+                    "the guest role {role} does not exist and cannot be created; {instructions}"
+                )
+            })?;
+        tracing::info!(
+            role,
+            "created the guest role; grant it rights on your plugin's tables"
+        );
     }
     if !member && !superuser {
         create(pool, "GRANT %I TO CURRENT_USER", role)
             .await
-            .with_context(|| format!("the host's login cannot switch to the guest role {role}; {instructions}"))?;
+            .with_context(|| {
+                format!("the host's login cannot switch to the guest role {role}; {instructions}")
+            })?;
     }
-    let guest_is_superuser: bool = sqlx::query_scalar("SELECT rolsuper OR rolbypassrls FROM pg_roles WHERE rolname = $1")
-        .bind(role)
-        .fetch_one(pool)
-        .await?;
+    let guest_is_superuser: bool =
+        sqlx::query_scalar("SELECT rolsuper OR rolbypassrls FROM pg_roles WHERE rolname = $1")
+            .bind(role)
+            .fetch_one(pool)
+            .await?;
     if guest_is_superuser {
         bail!("the guest role {role} is a superuser or bypasses row security: it must be an ordinary role");
     }

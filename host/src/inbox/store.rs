@@ -98,7 +98,9 @@ pub(super) struct TransactionState {
 }
 
 /// The transaction `conn` is in now, or an error if it is aborted.
-pub(super) async fn transaction_state(conn: &mut PgConnection) -> Result<TransactionState, sqlx::Error> {
+pub(super) async fn transaction_state(
+    conn: &mut PgConnection,
+) -> Result<TransactionState, sqlx::Error> {
     let (xid, current_user, session_user) = sqlx::query_as(
         "SELECT pg_current_xact_id_if_assigned()::text, current_user::text, session_user::text",
     )

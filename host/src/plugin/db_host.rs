@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use super::bindings::inbox::host::{db, types};
 use super::bindings::{DbError, Rows, Value};
-use super::db_values::{bind_all, keyed_sql, rows_to_values};
+use super::db_values::{bind_all, host_error, keyed_sql, rows_to_values, STATEMENT_REFUSED};
 use super::state::GuestState;
 use crate::inbox::Tx;
 
@@ -23,7 +23,10 @@ impl db::Host for GuestState {
         sql: String,
         params: Vec<Value>,
     ) -> wasmtime::Result<Result<u64, DbError>> {
-        let sql = keyed_sql(&sql, &params);
+        let sql = match self.admit(&sql, &params) {
+            Ok(keyed) => keyed,
+            Err(refused) => return Ok(Err(refused)),
+        };
         let query = match bind_all(sqlx::query(&sql), params) {
             Ok(q) => q,
             Err(e) => return Ok(Err(e)),
@@ -40,7 +43,10 @@ impl db::Host for GuestState {
         sql: String,
         params: Vec<Value>,
     ) -> wasmtime::Result<Result<Rows, DbError>> {
-        let sql = keyed_sql(&sql, &params);
+        let sql = match self.admit(&sql, &params) {
+            Ok(keyed) => keyed,
+            Err(refused) => return Ok(Err(refused)),
+        };
         let query = match bind_all(sqlx::query(&sql), params) {
             Ok(q) => q,
             Err(e) => return Ok(Err(e)),
@@ -57,6 +63,34 @@ impl db::Host for GuestState {
 }
 
 impl GuestState {
+    /// Checks a guest statement and returns the SQL to prepare (keyed by its
+    /// parameter types). A refusal is remembered so the failure is classified as a
+    /// broken rule.
+    fn admit(&mut self, sql: &str, params: &[Value]) -> Result<String, DbError> {
+        if sql.len() > MAX_STATEMENT_BYTES {
+            let refused = host_error(
+                STATEMENT_REFUSED,
+                format!("a statement of {} bytes is too long (at most {MAX_STATEMENT_BYTES}) [rule: size]", sql.len()),
+            );
+            self.refused_statement
+                .get_or_insert_with(|| refused.clone());
+            return Err(refused);
+        }
+        self.statements
+            .check(sql)
+            .map(|()| keyed_sql(sql, params))
+            .map_err(|v| {
+                let refused = host_error(
+                    STATEMENT_REFUSED,
+                    format!("{} [rule: {}]", v.message, v.rule),
+                );
+                tracing::warn!(rule = v.rule, "guest statement refused: {}", v.message);
+                self.refused_statement
+                    .get_or_insert_with(|| refused.clone());
+                refused
+            })
+    }
+
     /// Turns a statement's result into what the guest sees, remembering the first
     /// statement PostgreSQL rejected (it aborted the transaction).
     fn settle<T>(
@@ -77,6 +111,9 @@ impl GuestState {
         }
     }
 }
+
+/// Longer guest statements are refused before parsing (parse time grows with size).
+const MAX_STATEMENT_BYTES: usize = 64 << 10;
 
 fn transaction(tx: &mut Option<Tx>) -> wasmtime::Result<&mut Tx> {
     tx.as_mut()

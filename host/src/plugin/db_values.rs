@@ -12,6 +12,7 @@ use sqlx::{Column, Postgres, Row, TypeInfo, ValueRef};
 use super::bindings::{DbError, Value};
 
 /// Host error codes (class `IH`), documented in docs/wit.md.
+pub(super) const STATEMENT_REFUSED: &str = "IH001";
 pub(super) const INVALID_PARAMETER: &str = "IH002";
 pub(super) const UNSUPPORTED_COLUMN: &str = "IH003";
 

@@ -6,6 +6,7 @@ use wasmtime::component::{HasSelf, Linker};
 use wasmtime::{Config, Engine};
 
 use super::bindings::Handler;
+use super::sql_checks::CheckedStatements;
 use super::state::GuestState;
 
 /// Wall-clock resolution of the per-message CPU deadline.
@@ -24,6 +25,9 @@ pub struct SandboxLimits {
     pub max_stack_bytes: usize,
     /// Bytes of stdout and of stderr kept per message for the host log.
     pub output_bytes: usize,
+    /// Check guest SQL before it runs (docs/security.md). Off only to measure
+    /// what the check costs; never in production.
+    pub check_sql: bool,
 }
 
 impl Default for SandboxLimits {
@@ -33,6 +37,7 @@ impl Default for SandboxLimits {
             memory_bytes: 64 << 20,
             max_stack_bytes: 512 << 10,
             output_bytes: 256 << 10,
+            check_sql: true,
         }
     }
 }
@@ -44,6 +49,7 @@ pub struct Runtime {
     pub(super) engine: Engine,
     pub(super) linker: Arc<Linker<GuestState>>,
     pub(super) limits: SandboxLimits,
+    pub(super) statements: Arc<CheckedStatements>,
 }
 
 impl Runtime {
@@ -65,6 +71,7 @@ impl Runtime {
         Ok(Self {
             engine,
             linker: Arc::new(linker),
+            statements: Arc::new(CheckedStatements::new(limits.check_sql)),
             limits,
         })
     }

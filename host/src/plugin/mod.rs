@@ -10,9 +10,12 @@ mod db_values;
 mod engine;
 mod loader;
 mod runtime;
+mod sql_checks;
+mod sql_guard;
 mod state;
 mod swap;
 
 pub use engine::{Runtime, SandboxLimits};
 pub use loader::{digest_of, LoadError, Plugin};
+pub use sql_guard::{check as check_statement, Violation};
 pub use swap::{PluginCell, Watcher};

@@ -69,7 +69,10 @@ impl Plugin {
 
     fn new_store(&self, tx: Option<Tx>) -> Store<GuestState> {
         let limits = &self.runtime.limits;
-        let mut store = Store::new(&self.runtime.engine, GuestState::new(tx, limits));
+        let mut store = Store::new(
+            &self.runtime.engine,
+            GuestState::new(tx, limits, self.runtime.statements.clone()),
+        );
         store.limiter(|state| &mut state.memory);
         // Checked every epoch tick: the deadline counts time running wasm, not time
         // waiting on queries (statement_timeout bounds those). Between checks the

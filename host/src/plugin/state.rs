@@ -1,3 +1,4 @@
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use wasmtime::component::ResourceTable;
@@ -7,6 +8,7 @@ use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
 use super::bindings::DbError;
 use super::engine::SandboxLimits;
+use super::sql_checks::CheckedStatements;
 use crate::inbox::Tx;
 
 /// Everything one message's guest instance can reach: the inbox transaction and a
@@ -20,6 +22,9 @@ pub(crate) struct GuestState {
     /// calls: the CPU deadline counts only the difference.
     pub started: Instant,
     pub waited: Duration,
+    /// The first statement the host refused (it was not sent).
+    pub refused_statement: Option<DbError>,
+    pub statements: Arc<CheckedStatements>,
     pub memory: MemoryCap,
     pub stdout: MemoryOutputPipe,
     pub stderr: MemoryOutputPipe,
@@ -28,7 +33,7 @@ pub(crate) struct GuestState {
 }
 
 impl GuestState {
-    pub fn new(tx: Option<Tx>, limits: &SandboxLimits) -> Self {
+    pub fn new(tx: Option<Tx>, limits: &SandboxLimits, statements: Arc<CheckedStatements>) -> Self {
         let stdout = MemoryOutputPipe::new(limits.output_bytes);
         let stderr = MemoryOutputPipe::new(limits.output_bytes);
         // Deny-all: no preopened directories, no environment, no arguments, no
@@ -46,6 +51,8 @@ impl GuestState {
             failed_statement: None,
             started: Instant::now(),
             waited: Duration::ZERO,
+            refused_statement: None,
+            statements,
             memory: MemoryCap::new(limits.memory_bytes),
             stdout,
             stderr,

@@ -115,7 +115,10 @@ impl Watcher {
             active.name().to_string(),
             self.path.display().to_string(),
         );
-        let loaded = tokio::task::spawn_blocking(move || Plugin::from_bytes(&runtime, &name, &shown, &bytes)).await;
+        let loaded = tokio::task::spawn_blocking(move || {
+            Plugin::from_bytes(&runtime, &name, &shown, &bytes)
+        })
+        .await;
         let checked = match loaded {
             Ok(Ok(plugin)) => plugin.check_instantiation().await.map(|()| plugin),
             Ok(Err(e)) => Err(e),
