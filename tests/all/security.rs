@@ -225,6 +225,15 @@ async fn a_guest_query_running_past_statement_timeout_is_cancelled() {
 }
 
 #[tokio::test]
+async fn a_query_returning_more_than_the_bound_is_refused_without_buffering_it_all() {
+    let arena = Arena::new().await;
+    let message = arena
+        .repel("query:SELECT g, repeat('x', 100) FROM generate_series(1, 1000000) g")
+        .await;
+    assert!(message.contains("IH004"), "{message}");
+}
+
+#[tokio::test]
 async fn the_same_sql_bound_with_text_then_an_integer_uses_the_right_statement_each_time() {
     let db = TestDb::start().await;
     let runner = crate::inbox_core::runner(&db);

@@ -5,7 +5,9 @@ use std::time::Instant;
 
 use super::bindings::inbox::host::{db, types};
 use super::bindings::{DbError, Rows, Value};
-use super::db_values::{bind_all, host_error, keyed_sql, rows_to_values, STATEMENT_REFUSED};
+use super::db_values::{
+    bind_all, host_error, keyed_sql, rows_to_values, RESULT_TOO_LARGE, STATEMENT_REFUSED,
+};
 use super::state::GuestState;
 use crate::inbox::Tx;
 
@@ -53,12 +55,13 @@ impl db::Host for GuestState {
         };
         let tx = transaction(&mut self.tx)?;
         let waiting = Instant::now();
-        let fetched = query.fetch_all(&mut **tx).await;
+        let fetched = fetch_bounded(query, tx).await;
         self.waited += waiting.elapsed();
-        Ok(self.settle(fetched)?.and_then(|rows| {
-            let (columns, rows) = rows_to_values(&rows)?;
-            Ok(Rows { columns, rows })
-        }))
+        match fetched {
+            Ok(Ok(rows)) => Ok(rows_to_values(&rows).map(|(columns, rows)| Rows { columns, rows })),
+            Ok(Err(too_large)) => Ok(Err(too_large)),
+            Err(e) => self.settle(Err(e)),
+        }
     }
 }
 
@@ -110,6 +113,37 @@ impl GuestState {
             Err(e) => Err(ConnectionLost(e).into()),
         }
     }
+}
+
+/// The most a query may return to a guest, so a hostile `SELECT` cannot make the
+/// host buffer an unbounded result.
+const MAX_ROWS: usize = 100_000;
+const MAX_RESULT_BYTES: usize = 16 << 20;
+
+/// Fetches rows until the result ends or passes a bound; past it, the guest gets
+/// `IH004` (the rest of the result is discarded by the connection).
+async fn fetch_bounded(
+    query: sqlx::query::Query<'_, sqlx::Postgres, sqlx::postgres::PgArguments>,
+    tx: &mut Tx,
+) -> Result<Result<Vec<sqlx::postgres::PgRow>, DbError>, sqlx::Error> {
+    use futures_util::TryStreamExt;
+    use sqlx::Row;
+    let mut stream = query.fetch(&mut **tx);
+    let (mut rows, mut bytes) = (Vec::new(), 0usize);
+    while let Some(row) = stream.try_next().await? {
+        bytes += (0..row.len())
+            .filter_map(|i| row.try_get_raw(i).ok())
+            .map(|v| v.as_bytes().map_or(0, <[u8]>::len))
+            .sum::<usize>();
+        rows.push(row);
+        if rows.len() > MAX_ROWS || bytes > MAX_RESULT_BYTES {
+            return Ok(Err(host_error(
+                RESULT_TOO_LARGE,
+                format!("the result is larger than {MAX_ROWS} rows or {MAX_RESULT_BYTES} bytes: add a LIMIT or aggregate in SQL"),
+            )));
+        }
+    }
+    Ok(Ok(rows))
 }
 
 /// Longer guest statements are refused before parsing (parse time grows with size).

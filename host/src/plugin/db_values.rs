@@ -15,6 +15,7 @@ use super::bindings::{DbError, Value};
 pub(super) const STATEMENT_REFUSED: &str = "IH001";
 pub(super) const INVALID_PARAMETER: &str = "IH002";
 pub(super) const UNSUPPORTED_COLUMN: &str = "IH003";
+pub(super) const RESULT_TOO_LARGE: &str = "IH004";
 
 pub(super) fn host_error(code: &str, message: impl Into<String>) -> DbError {
     DbError {
