@@ -10,11 +10,8 @@ use super::state::GuestState;
 /// Why a file cannot be used as a handler plugin. Each message says what to do.
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
-    #[error("cannot read plugin {path}: {source}")]
-    Read {
-        path: String,
-        source: std::io::Error,
-    },
+    #[error("cannot read plugin {path}: {cause}")]
+    Read { path: String, cause: std::io::Error },
     #[error("{path} is not a WebAssembly file (it does not start with the `\\0asm` magic bytes); build a plugin with `cargo build --target wasm32-wasip2 --release`")]
     NotWasm { path: String },
     #[error("{path} is a core WebAssembly module, not a component; build it for the wasm32-wasip2 target (or wrap it with `wasm-tools component new`)")]
@@ -53,9 +50,9 @@ impl Plugin {
     /// from a blocking context.
     pub fn load(runtime: &Runtime, path: &Path) -> Result<Self, LoadError> {
         let shown = path.display().to_string();
-        let bytes = std::fs::read(path).map_err(|source| LoadError::Read {
+        let bytes = std::fs::read(path).map_err(|cause| LoadError::Read {
             path: shown.clone(),
-            source,
+            cause,
         })?;
         let name = path
             .file_stem()
