@@ -350,3 +350,34 @@ fn http_get(addr: &str, path: &str) -> String {
     stream.read_to_string(&mut response).expect("response");
     response
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_attempt_budget_is_counted_outside_the_transaction_and_survives_a_restart() {
+    let stage = Stage::new(1).await;
+    stage
+        .produce(vec![
+            stage.record("poison", Some(0), "not json"),
+            stage.record("after", Some(0), r#"{"order_id": "after", "amount": 1}"#),
+        ])
+        .await;
+    let attempts = || async {
+        stage.db.count("SELECT coalesce(max(attempts), 0)::bigint FROM inbox_host.attempts WHERE message_id = 'poison'").await
+    };
+    let slow = ["--max-attempts", "3", "--retry-initial-ms", "1000", "--retry-max-ms", "5000"];
+    let mut first = stage.spawn_host(&plugin("billing"), &slow);
+    wait_until("two failed attempts recorded", LONG, || async { attempts().await == 2 }).await;
+    first.kill_hard();
+
+    let second = stage.spawn_host(&plugin("billing"), &["--max-attempts", "3"]);
+    wait_until("the message after the poison invoiced", LONG, || async {
+        stage.db.count("SELECT count(*) FROM invoices WHERE message_id = 'after'").await == 1
+    })
+    .await;
+    assert_eq!(attempts().await, 3);
+    let reason: String = sqlx::query_scalar("SELECT reason FROM inbox_host.dead_letters WHERE message_id = 'poison'")
+        .fetch_one(&stage.db.pool)
+        .await
+        .expect("dead letter");
+    assert!(reason.starts_with("failed 3 times"), "{reason}");
+    assert!(!second.log().contains("message failed"), "the restarted host retried from zero:\n{}", second.log());
+}

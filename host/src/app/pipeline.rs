@@ -192,18 +192,20 @@ impl<S: HandlerSource> Pipeline<S> {
 
     /// Holds the partition at `record` and retries it later, or sets it aside once
     /// it has used up `--max-attempts`.
-    async fn retry(
-        &mut self,
-        record: &Record,
-        outcome: Outcome,
-    ) -> anyhow::Result<(Verdict, bool)> {
-        let retry = self.consumer.retry_later(record)?;
-        if let (Outcome::Failed(e), Some(max)) = (&outcome, self.limits.max_attempts) {
-            if retry.attempt >= max {
+    async fn retry(&mut self, record: &Record, outcome: Outcome) -> anyhow::Result<(Verdict, bool)> {
+        let mut retry = self.consumer.retry_later(record)?;
+        if let (Outcome::Failed(e), Ok(id)) = (&outcome, &record.message_id) {
+            // Counted outside the rolled-back transaction, so the budget survives
+            // restarts; if the count cannot be written, the in-memory one serves.
+            let message = message_of(record, id.clone());
+            let group = &self.runner.settings().group;
+            match inbox::record_failure(self.runner.pool(), group, &message, &e.to_string()).await {
+                Ok(total) => retry.attempt = u32::try_from(total).unwrap_or(retry.attempt),
+                Err(db) => tracing::warn!(error = %db, "could not record the failed attempt"),
+            }
+            if self.limits.max_attempts.is_some_and(|max| retry.attempt >= max) {
                 let why = format!("failed {} times; last: {e}", retry.attempt);
-                return self
-                    .set_aside(record, record.message_id.as_deref().ok(), why)
-                    .await;
+                return self.set_aside(record, Some(id), why).await;
             }
         }
         match &outcome {

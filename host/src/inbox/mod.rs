@@ -20,5 +20,5 @@ pub use outcome::{FailureKind, Outcome};
 pub use runner::{Runner, RunnerSettings};
 pub use schema::{apply_example_tables, migrate};
 pub use session::{ensure_guest_role, pool_options, DEFAULT_GUEST_ROLE};
-pub use store::{dead_letter, DeadLetter};
+pub use store::{dead_letter, record_failure, DeadLetter};
 pub use strategy::{CommitOn, Strategy};

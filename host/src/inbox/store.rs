@@ -158,6 +158,29 @@ pub async fn dead_letter(pool: &PgPool, letter: &DeadLetter<'_>) -> Result<(), s
     Ok(())
 }
 
+/// Counts one more failed attempt of `message` (in its own transaction); returns
+/// the total so far, across restarts.
+pub async fn record_failure(pool: &PgPool, group: &str, message: &Message, error: &str) -> Result<i32, sqlx::Error> {
+    sqlx::query_scalar(
+        "INSERT INTO inbox_host.attempts
+             (consumer_group, topic, kafka_partition, kafka_offset, message_id, attempts, last_error)
+         VALUES ($1, $2, $3, $4, $5, 1, $6)
+         ON CONFLICT (consumer_group, topic, kafka_partition, kafka_offset)
+         DO UPDATE SET attempts = inbox_host.attempts.attempts + 1,
+                       last_error = EXCLUDED.last_error,
+                       last_failed_at = now()
+         RETURNING attempts",
+    )
+    .bind(group)
+    .bind(&message.topic)
+    .bind(message.partition)
+    .bind(message.offset)
+    .bind(&message.message_id)
+    .bind(error)
+    .fetch_one(pool)
+    .await
+}
+
 /// The SQLSTATE of a database error, if it is one.
 pub(crate) fn sqlstate(error: &sqlx::Error) -> Option<String> {
     error
