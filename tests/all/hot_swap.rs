@@ -274,7 +274,12 @@ async fn two_hosts_in_one_group_both_pick_up_the_deploy() {
     assert_eq!((on_v2, workers), (200, 2));
 
     // SIGHUP asks for a reload; the file is unchanged, so nothing is swapped again.
-    let _ = std::process::Command::new("kill").args(["-HUP", &a.pid().to_string()]).status();
-    wait_until("the reload request logged", LONG, || async { a.log().contains("reload requested (SIGHUP)") }).await;
+    let _ = std::process::Command::new("kill")
+        .args(["-HUP", &a.pid().to_string()])
+        .status();
+    wait_until("the reload request logged", LONG, || async {
+        a.log().contains("reload requested (SIGHUP)")
+    })
+    .await;
     assert_eq!(a.log().matches("plugin swapped").count(), 1);
 }

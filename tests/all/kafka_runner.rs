@@ -363,21 +363,41 @@ async fn the_attempt_budget_is_counted_outside_the_transaction_and_survives_a_re
     let attempts = || async {
         stage.db.count("SELECT coalesce(max(attempts), 0)::bigint FROM inbox_host.attempts WHERE message_id = 'poison'").await
     };
-    let slow = ["--max-attempts", "3", "--retry-initial-ms", "1000", "--retry-max-ms", "5000"];
+    let slow = [
+        "--max-attempts",
+        "3",
+        "--retry-initial-ms",
+        "1000",
+        "--retry-max-ms",
+        "5000",
+    ];
     let mut first = stage.spawn_host(&plugin("billing"), &slow);
-    wait_until("two failed attempts recorded", LONG, || async { attempts().await == 2 }).await;
+    wait_until("two failed attempts recorded", LONG, || async {
+        attempts().await == 2
+    })
+    .await;
     first.kill_hard();
 
     let second = stage.spawn_host(&plugin("billing"), &["--max-attempts", "3"]);
     wait_until("the message after the poison invoiced", LONG, || async {
-        stage.db.count("SELECT count(*) FROM invoices WHERE message_id = 'after'").await == 1
+        stage
+            .db
+            .count("SELECT count(*) FROM invoices WHERE message_id = 'after'")
+            .await
+            == 1
     })
     .await;
     assert_eq!(attempts().await, 3);
-    let reason: String = sqlx::query_scalar("SELECT reason FROM inbox_host.dead_letters WHERE message_id = 'poison'")
-        .fetch_one(&stage.db.pool)
-        .await
-        .expect("dead letter");
+    let reason: String = sqlx::query_scalar(
+        "SELECT reason FROM inbox_host.dead_letters WHERE message_id = 'poison'",
+    )
+    .fetch_one(&stage.db.pool)
+    .await
+    .expect("dead letter");
     assert!(reason.starts_with("failed 3 times"), "{reason}");
-    assert!(!second.log().contains("message failed"), "the restarted host retried from zero:\n{}", second.log());
+    assert!(
+        !second.log().contains("message failed"),
+        "the restarted host retried from zero:\n{}",
+        second.log()
+    );
 }

@@ -132,3 +132,15 @@ fn redact(url: &str) -> String {
         _ => url.to_string(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_database_url_is_shown_without_its_password() {
+        assert_eq!(
+            super::redact("postgres://app:s3cret@db:5432/app"),
+            "postgres://app@db:5432/app"
+        );
+        assert_eq!(super::redact("postgres://db/app"), "postgres://db/app");
+    }
+}

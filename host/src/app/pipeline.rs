@@ -192,7 +192,11 @@ impl<S: HandlerSource> Pipeline<S> {
 
     /// Holds the partition at `record` and retries it later, or sets it aside once
     /// it has used up `--max-attempts`.
-    async fn retry(&mut self, record: &Record, outcome: Outcome) -> anyhow::Result<(Verdict, bool)> {
+    async fn retry(
+        &mut self,
+        record: &Record,
+        outcome: Outcome,
+    ) -> anyhow::Result<(Verdict, bool)> {
         let mut retry = self.consumer.retry_later(record)?;
         if let (Outcome::Failed(e), Ok(id)) = (&outcome, &record.message_id) {
             // Counted outside the rolled-back transaction, so the budget survives
@@ -203,7 +207,11 @@ impl<S: HandlerSource> Pipeline<S> {
                 Ok(total) => retry.attempt = u32::try_from(total).unwrap_or(retry.attempt),
                 Err(db) => tracing::warn!(error = %db, "could not record the failed attempt"),
             }
-            if self.limits.max_attempts.is_some_and(|max| retry.attempt >= max) {
+            if self
+                .limits
+                .max_attempts
+                .is_some_and(|max| retry.attempt >= max)
+            {
                 let why = format!("failed {} times; last: {e}", retry.attempt);
                 return self.set_aside(record, Some(id), why).await;
             }

@@ -160,7 +160,12 @@ pub async fn dead_letter(pool: &PgPool, letter: &DeadLetter<'_>) -> Result<(), s
 
 /// Counts one more failed attempt of `message` (in its own transaction); returns
 /// the total so far, across restarts.
-pub async fn record_failure(pool: &PgPool, group: &str, message: &Message, error: &str) -> Result<i32, sqlx::Error> {
+pub async fn record_failure(
+    pool: &PgPool,
+    group: &str,
+    message: &Message,
+    error: &str,
+) -> Result<i32, sqlx::Error> {
     sqlx::query_scalar(
         "INSERT INTO inbox_host.attempts
              (consumer_group, topic, kafka_partition, kafka_offset, message_id, attempts, last_error)

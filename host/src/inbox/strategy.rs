@@ -72,3 +72,38 @@ impl FromStr for CommitOn {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::{FailureKind, HandlerError, Outcome};
+    use super::*;
+
+    #[test]
+    fn only_the_strategies_that_promise_it_acknowledge_a_failure() {
+        let failed = Outcome::Failed(HandlerError::new(FailureKind::Panic, false, "x"));
+        let table = [
+            (Strategy::AtMostOnce, [false, false, false, false]),
+            (
+                Strategy::AtLeastOnce(CommitOn::Persist),
+                [true, true, true, true],
+            ),
+            (
+                Strategy::AtLeastOnce(CommitOn::Success),
+                [true, true, false, false],
+            ),
+            (Strategy::ExactlyOnceInbox, [true, true, false, false]),
+        ];
+        for (strategy, expected) in table {
+            let got = [
+                Outcome::Processed,
+                Outcome::Duplicate,
+                failed.clone(),
+                Outcome::Locked,
+            ]
+            .map(|o| strategy.commits_after(&o));
+            assert_eq!(got, expected, "{strategy}");
+        }
+        assert!(Strategy::AtMostOnce.commits_before());
+        assert!(Strategy::default().uses_inbox());
+    }
+}

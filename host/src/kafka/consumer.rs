@@ -115,7 +115,7 @@ impl Consumer {
             };
             match received {
                 None => {
-                    tracing::debug!("backoff over: rewinding held partitions");
+                    tracing::trace!("backoff over: rewinding held partitions");
                     self.rewind_due()?
                 }
                 Some(Err(e)) => return Err(e),
@@ -306,5 +306,21 @@ fn forget_moved_partitions(
     let moved = std::mem::take(&mut *lock(&consumer.context().moved));
     for p in moved {
         blocked.remove(&p);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_from_the_initial_delay_up_to_the_maximum() {
+        let backoff = Backoff {
+            initial: Duration::from_millis(200),
+            max: Duration::from_secs(1),
+        };
+        let delays: Vec<u128> = (1..=5).map(|a| backoff.delay(a).as_millis()).collect();
+        assert_eq!(delays, [200, 400, 800, 1000, 1000]);
+        assert_eq!(backoff.delay(u32::MAX), Duration::from_secs(1));
     }
 }

@@ -171,3 +171,17 @@ impl sqlx::Encode<'_, Postgres> for UntypedNull {
         Ok(IsNull::Yes)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_same_sql_with_other_parameter_types_is_another_statement() {
+        let text = keyed_sql("SELECT $1", &[Value::Text("a".into())]);
+        let int = keyed_sql("SELECT $1", &[Value::Int64(1)]);
+        assert_ne!(text, int);
+        assert!(text.ends_with("*/ SELECT $1"), "{text}");
+        assert_eq!(text, keyed_sql("SELECT $1", &[Value::Text("b".into())]));
+    }
+}
