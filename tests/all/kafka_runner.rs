@@ -401,3 +401,36 @@ async fn the_attempt_budget_is_counted_outside_the_transaction_and_survives_a_re
         second.log()
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn inbox_rows_past_the_retention_window_are_pruned_and_the_window_is_checked_against_the_topic() {
+    let stage = Stage::new(1).await;
+    stage
+        .db
+        .execute(&format!(
+            "INSERT INTO inbox_host.inbox (message_id, consumer_group, worker_id, plugin_digest, topic, kafka_partition, kafka_offset, received_at)
+             VALUES ('old', '{g}', 'w', 'd', 't', 0, 0, now() - interval '10 days'),
+                    ('recent', '{g}', 'w', 'd', 't', 0, 1, now() - interval '1 day'),
+                    ('other-group', 'someone-else', 'w', 'd', 't', 0, 0, now() - interval '10 days')",
+            g = stage.group
+        ))
+        .await;
+    let host = stage.spawn_host(&plugin("billing"), &["--inbox-retention-days", "7"]);
+    wait_until("the old row pruned", LONG, || async {
+        stage.db.count("SELECT count(*) FROM inbox_host.inbox WHERE message_id = 'old'").await == 0
+    })
+    .await;
+    let kept: Vec<String> = sqlx::query_scalar("SELECT message_id FROM inbox_host.inbox ORDER BY message_id")
+        .fetch_all(&stage.db.pool)
+        .await
+        .expect("rows");
+    assert_eq!(kept, ["other-group", "recent"]);
+    // The local broker may not report retention.ms; either way the host says what it found.
+    wait_until("the window checked against the topic's retention", LONG, || async {
+        let log = host.log();
+        log.contains("inbox retention outlives the topic's")
+            || log.contains("the topic keeps records longer than the inbox keeps rows")
+            || log.contains("could not read the topic's retention.ms")
+    })
+    .await;
+}

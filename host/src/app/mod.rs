@@ -5,6 +5,7 @@ mod dev;
 mod lab;
 mod native_billing;
 mod pipeline;
+mod retention;
 mod settings;
 mod status;
 
@@ -53,6 +54,14 @@ pub async fn run(settings: RunSettings, shutdown: impl Future<Output = ()>) -> a
         tokio::spawn(status::serve(listener, metrics.clone(), cell.clone()));
     }
 
+    let _pruning = match settings.inbox_retention {
+        Some(keep) => {
+            let (brokers, topics) = (settings.consumer.brokers.clone(), settings.consumer.topics.clone());
+            tokio::spawn(async move { retention::check_window(&brokers, &topics, keep).await });
+            Some(tokio::spawn(retention::prune_forever(pool.clone(), settings.runner.group.clone(), keep)))
+        }
+        None => None,
+    };
     let consumer = Consumer::join(&settings.consumer).with_context(|| {
         format!(
             "joining group {} at {}",

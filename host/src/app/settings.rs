@@ -23,6 +23,8 @@ pub struct RunSettings {
     pub limits: PipelineLimits,
     pub sandbox: SandboxLimits,
     pub status_addr: Option<String>,
+    /// How long inbox rows are kept; `None` keeps them forever.
+    pub inbox_retention: Option<Duration>,
 }
 
 impl RunSettings {
@@ -69,6 +71,9 @@ impl RunSettings {
             .parse()
             .map_err(|e: String| anyhow::anyhow!("--message-id: {e}"))?;
         let worker_id = args.worker_id.unwrap_or_else(default_worker_id);
+        if args.inbox_retention_days.is_some_and(|d| !(d > 0.0)) {
+            bail!("--inbox-retention-days must be a positive number of days");
+        }
         if args.retry_initial_ms == 0 || args.retry_max_ms < args.retry_initial_ms {
             bail!("--retry-initial-ms must be > 0 and <= --retry-max-ms");
         }
@@ -104,6 +109,9 @@ impl RunSettings {
                 ..SandboxLimits::default()
             },
             status_addr: args.status_addr.filter(|a| !a.trim().is_empty()),
+            inbox_retention: args
+                .inbox_retention_days
+                .map(|days| Duration::from_secs_f64(days.max(0.0) * 86_400.0)),
         })
     }
 }

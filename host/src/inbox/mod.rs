@@ -8,6 +8,7 @@
 mod handler;
 mod message;
 mod outcome;
+mod retention;
 mod runner;
 mod schema;
 mod session;
@@ -17,6 +18,7 @@ mod strategy;
 pub use handler::{Handler, HandlerError, Tx};
 pub use message::{Header, Message};
 pub use outcome::{FailureKind, Outcome};
+pub use retention::prune;
 pub use runner::{Runner, RunnerSettings};
 pub use schema::{apply_example_tables, migrate};
 pub use session::{ensure_guest_role, pool_options, DEFAULT_GUEST_ROLE};
