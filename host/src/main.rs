@@ -39,10 +39,25 @@ async fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", without_repeats(&e));
             ExitCode::FAILURE
         }
     }
+}
+
+/// The error and its causes, leaving out a cause whose text the previous one
+/// already quotes (database and I/O errors often repeat their source).
+fn without_repeats(error: &anyhow::Error) -> String {
+    let mut message = String::new();
+    for cause in error.chain().map(ToString::to_string) {
+        if !message.contains(&cause) {
+            if !message.is_empty() {
+                message.push_str(": ");
+            }
+            message.push_str(&cause);
+        }
+    }
+    message
 }
 
 /// Resolves on SIGINT or SIGTERM.

@@ -403,7 +403,8 @@ async fn the_attempt_budget_is_counted_outside_the_transaction_and_survives_a_re
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn inbox_rows_past_the_retention_window_are_pruned_and_the_window_is_checked_against_the_topic() {
+async fn inbox_rows_past_the_retention_window_are_pruned_and_the_window_is_checked_against_the_topic(
+) {
     let stage = Stage::new(1).await;
     stage
         .db
@@ -417,20 +418,29 @@ async fn inbox_rows_past_the_retention_window_are_pruned_and_the_window_is_check
         .await;
     let host = stage.spawn_host(&plugin("billing"), &["--inbox-retention-days", "7"]);
     wait_until("the old row pruned", LONG, || async {
-        stage.db.count("SELECT count(*) FROM inbox_host.inbox WHERE message_id = 'old'").await == 0
+        stage
+            .db
+            .count("SELECT count(*) FROM inbox_host.inbox WHERE message_id = 'old'")
+            .await
+            == 0
     })
     .await;
-    let kept: Vec<String> = sqlx::query_scalar("SELECT message_id FROM inbox_host.inbox ORDER BY message_id")
-        .fetch_all(&stage.db.pool)
-        .await
-        .expect("rows");
+    let kept: Vec<String> =
+        sqlx::query_scalar("SELECT message_id FROM inbox_host.inbox ORDER BY message_id")
+            .fetch_all(&stage.db.pool)
+            .await
+            .expect("rows");
     assert_eq!(kept, ["other-group", "recent"]);
     // The local broker may not report retention.ms; either way the host says what it found.
-    wait_until("the window checked against the topic's retention", LONG, || async {
-        let log = host.log();
-        log.contains("inbox retention outlives the topic's")
-            || log.contains("the topic keeps records longer than the inbox keeps rows")
-            || log.contains("could not read the topic's retention.ms")
-    })
+    wait_until(
+        "the window checked against the topic's retention",
+        LONG,
+        || async {
+            let log = host.log();
+            log.contains("inbox retention outlives the topic's")
+                || log.contains("the topic keeps records longer than the inbox keeps rows")
+                || log.contains("could not read the topic's retention.ms")
+        },
+    )
     .await;
 }

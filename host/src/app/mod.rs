@@ -56,9 +56,16 @@ pub async fn run(settings: RunSettings, shutdown: impl Future<Output = ()>) -> a
 
     let _pruning = match settings.inbox_retention {
         Some(keep) => {
-            let (brokers, topics) = (settings.consumer.brokers.clone(), settings.consumer.topics.clone());
+            let (brokers, topics) = (
+                settings.consumer.brokers.clone(),
+                settings.consumer.topics.clone(),
+            );
             tokio::spawn(async move { retention::check_window(&brokers, &topics, keep).await });
-            Some(tokio::spawn(retention::prune_forever(pool.clone(), settings.runner.group.clone(), keep)))
+            Some(tokio::spawn(retention::prune_forever(
+                pool.clone(),
+                settings.runner.group.clone(),
+                keep,
+            )))
         }
         None => None,
     };

@@ -15,7 +15,11 @@ pub async fn check_window(brokers: &str, topics: &[String], keep: Duration) {
     for topic in topics {
         match kafka::topic_retention(brokers, topic).await {
             Ok(Some(topic_keeps)) if topic_keeps <= keep => {
-                tracing::info!(topic, topic_retention_h = topic_keeps.as_secs() / 3600, "inbox retention outlives the topic's");
+                tracing::info!(
+                    topic,
+                    topic_retention_h = topic_keeps.as_secs() / 3600,
+                    "inbox retention outlives the topic's"
+                );
             }
             Ok(kept) => tracing::warn!(
                 topic,
@@ -40,7 +44,11 @@ pub async fn prune_forever(pool: PgPool, group: String, keep: Duration) {
         every.tick().await;
         match inbox::prune(&pool, &group, keep).await {
             Ok(0) => {}
-            Ok(deleted) => tracing::info!(deleted, group, "pruned inbox rows past the retention window"),
+            Ok(deleted) => tracing::info!(
+                deleted,
+                group,
+                "pruned inbox rows past the retention window"
+            ),
             Err(e) => tracing::warn!(error = %e, "pruning inbox rows failed; will try again"),
         }
     }
