@@ -21,7 +21,7 @@ pub async fn topic_retention(brokers: &str, topic: &str) -> KafkaResult<Option<D
         .ok_or(KafkaError::AdminOpCreation(
             "no result for the topic".into(),
         ))?
-        .map_err(|code| KafkaError::AdminOp(code))?;
+        .map_err(KafkaError::AdminOp)?;
     let millis = resource
         .get("retention.ms")
         .and_then(|e| e.value.as_deref())
