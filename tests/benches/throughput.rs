@@ -8,7 +8,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use inbox_host::app::{Delivery, HandlerSource, NativeBilling, Pipeline, PipelineLimits, StopWhen};
+use inbox_host::app::{HandlerSource, NativeBilling, Pipeline, StopWhen};
 use inbox_host::embedded::{Durability, LocalBroker};
 use inbox_host::inbox::{self, Handler, Outcome, Runner, RunnerSettings, Strategy};
 use inbox_host::kafka::{self, Backoff, Consumer, ConsumerSettings, IdSources};
@@ -146,18 +146,7 @@ async fn through_kafka<S: HandlerSource>(
         extra: vec![],
     })
     .expect("consumer");
-    let (observer, mut seen) = tokio::sync::mpsc::unbounded_channel::<Delivery>();
-    let pipeline = Pipeline {
-        consumer,
-        runner: runner(db, &topic),
-        source,
-        limits: PipelineLimits {
-            max_message_bytes: 1 << 20,
-            max_attempts: None,
-        },
-        observer: Some(observer),
-        metrics: None,
-    };
+    let (pipeline, mut seen) = Pipeline::observed(consumer, runner(db, &topic), source);
     let stop = StopWhen {
         after_deliveries: Some(messages as u64),
         caught_up: false,

@@ -8,10 +8,9 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use anyhow::Context;
 use sqlx::PgPool;
-use tokio::sync::mpsc;
 
 use super::native_billing::NativeBilling;
-use super::{connect, Delivery, Pipeline, PipelineLimits, StopWhen, Verdict};
+use super::{connect, Delivery, Pipeline, StopWhen, Verdict};
 use crate::cli::LabArgs;
 use crate::embedded::{Durability, LocalBroker, TempPostgres};
 use crate::inbox::{self, CommitOn, Outcome, Runner, RunnerSettings, Strategy};
@@ -183,28 +182,18 @@ impl Stage {
             // that did not leave cleanly.
             extra: vec![("session.timeout.ms".into(), "6000".into())],
         })?;
-        let (observer, mut seen) = mpsc::unbounded_channel();
-        let pipeline = Pipeline {
-            consumer,
-            runner: Runner::new(
-                self.pool.clone(),
-                RunnerSettings {
-                    group: group.to_string(),
-                    worker_id: "lab".into(),
-                    strategy,
-                    lock_timeout: std::time::Duration::from_secs(2),
-                    statement_timeout: std::time::Duration::from_secs(10),
-                    guest_role: Some(inbox::DEFAULT_GUEST_ROLE.into()),
-                },
-            ),
-            source: handler,
-            limits: PipelineLimits {
-                max_message_bytes: 1 << 20,
-                max_attempts: None,
+        let runner = Runner::new(
+            self.pool.clone(),
+            RunnerSettings {
+                group: group.to_string(),
+                worker_id: "lab".into(),
+                strategy,
+                lock_timeout: std::time::Duration::from_secs(2),
+                statement_timeout: std::time::Duration::from_secs(10),
+                guest_role: Some(inbox::DEFAULT_GUEST_ROLE.into()),
             },
-            observer: Some(observer),
-            metrics: None,
-        };
+        );
+        let (pipeline, mut seen) = Pipeline::observed(consumer, runner, handler);
         let stop = StopWhen {
             after_deliveries: Some(1),
             caught_up: true,

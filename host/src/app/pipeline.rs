@@ -5,7 +5,7 @@ use std::future::Future;
 use std::sync::Arc;
 
 use rdkafka::consumer::CommitMode;
-use tokio::sync::mpsc::UnboundedSender;
+use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
 use tracing::Instrument;
 
 use crate::inbox::{self, DeadLetter, Handler, Outcome, Runner};
@@ -78,6 +78,28 @@ pub struct Pipeline<S> {
 const CAUGHT_UP_POLL: std::time::Duration = std::time::Duration::from_millis(250);
 
 impl<S: HandlerSource> Pipeline<S> {
+    /// A pipeline that reports every delivery on the returned channel, with the
+    /// CLI's default limits and no metrics: what the lab and tools run.
+    pub fn observed(
+        consumer: Consumer,
+        runner: Runner,
+        source: S,
+    ) -> (Self, UnboundedReceiver<Delivery>) {
+        let (observer, deliveries) = tokio::sync::mpsc::unbounded_channel();
+        let pipeline = Self {
+            consumer,
+            runner,
+            source,
+            limits: PipelineLimits {
+                max_message_bytes: 1 << 20,
+                max_attempts: None,
+            },
+            observer: Some(observer),
+            metrics: None,
+        };
+        (pipeline, deliveries)
+    }
+
     /// Consumes until `shutdown` resolves (or `stop` says so). A record being
     /// handled is finished first; then acknowledged offsets are committed and the
     /// group is left cleanly.
@@ -144,7 +166,10 @@ impl<S: HandlerSource> Pipeline<S> {
     async fn decide(&mut self, record: &Record) -> anyhow::Result<(Verdict, bool)> {
         let id = match &record.message_id {
             Ok(id) => id.clone(),
-            Err(why) => return self.set_aside(record, None, why.clone()).await,
+            Err(why) => {
+                let message = message_of(record, String::new());
+                return self.set_aside(record, &message, None, why.clone()).await;
+            }
         };
         tracing::Span::current().record("message_id", id.as_str());
         if record.payload.len() > self.limits.max_message_bytes {
@@ -153,7 +178,8 @@ impl<S: HandlerSource> Pipeline<S> {
                 record.payload.len(),
                 self.limits.max_message_bytes
             );
-            return self.set_aside(record, Some(&id), why).await;
+            let message = message_of(record, id.clone());
+            return self.set_aside(record, &message, Some(&id), why).await;
         }
         let strategy = self.runner.settings().strategy;
         if strategy.commits_before() {
@@ -169,10 +195,8 @@ impl<S: HandlerSource> Pipeline<S> {
 
         let handler = self.source.current();
         tracing::Span::current().record("plugin", handler.version());
-        let outcome = self
-            .runner
-            .process(&message_of(record, id), &*handler)
-            .await;
+        let message = message_of(record, id);
+        let outcome = self.runner.process(&message, &*handler).await;
         drop(handler);
 
         let committed = if strategy.commits_before() {
@@ -184,7 +208,7 @@ impl<S: HandlerSource> Pipeline<S> {
             self.consumer.acknowledge(record, CommitMode::Async)?;
             true
         } else {
-            return self.retry(record, outcome).await;
+            return self.retry(record, &message, outcome).await;
         };
         log_outcome(&outcome, committed);
         Ok((Verdict::Handled(outcome), committed))
@@ -195,15 +219,15 @@ impl<S: HandlerSource> Pipeline<S> {
     async fn retry(
         &mut self,
         record: &Record,
+        message: &inbox::Message,
         outcome: Outcome,
     ) -> anyhow::Result<(Verdict, bool)> {
         let mut retry = self.consumer.retry_later(record)?;
-        if let (Outcome::Failed(e), Ok(id)) = (&outcome, &record.message_id) {
+        if let Outcome::Failed(e) = &outcome {
             // Counted outside the rolled-back transaction, so the budget survives
             // restarts; if the count cannot be written, the in-memory one serves.
-            let message = message_of(record, id.clone());
             let group = &self.runner.settings().group;
-            match inbox::record_failure(self.runner.pool(), group, &message, &e.to_string()).await {
+            match inbox::record_failure(self.runner.pool(), group, message, &e.to_string()).await {
                 Ok(total) => retry.attempt = u32::try_from(total).unwrap_or(retry.attempt),
                 Err(db) => tracing::warn!(error = %db, "could not record the failed attempt"),
             }
@@ -213,7 +237,9 @@ impl<S: HandlerSource> Pipeline<S> {
                 .is_some_and(|max| retry.attempt >= max)
             {
                 let why = format!("failed {} times; last: {e}", retry.attempt);
-                return self.set_aside(record, Some(id), why).await;
+                return self
+                    .set_aside(record, message, Some(&message.message_id), why)
+                    .await;
             }
         }
         match &outcome {
@@ -240,6 +266,7 @@ impl<S: HandlerSource> Pipeline<S> {
     async fn set_aside(
         &mut self,
         record: &Record,
+        message: &inbox::Message,
         id: Option<&str>,
         why: String,
     ) -> anyhow::Result<(Verdict, bool)> {
@@ -247,7 +274,7 @@ impl<S: HandlerSource> Pipeline<S> {
         let letter = DeadLetter {
             group: &settings.group,
             worker_id: &settings.worker_id,
-            message: &message_of(record, id.unwrap_or_default().to_string()),
+            message,
             message_id: id,
             reason: &why,
         };
