@@ -60,9 +60,7 @@ pub async fn serve(listener: TcpListener, metrics: std::sync::Arc<Metrics>, cell
         };
         let (metrics, cell) = (metrics.clone(), cell.clone());
         tokio::spawn(async move {
-            let mut request = [0u8; 1024];
-            let n = stream.read(&mut request).await.unwrap_or(0);
-            let line = String::from_utf8_lossy(&request[..n]);
+            let line = request_line(&mut stream).await;
             let digest = cell.current().digest().to_string();
             let (status, body) = if line.starts_with("GET /metrics") {
                 ("200 OK", metrics.render(&digest))
@@ -78,4 +76,18 @@ pub async fn serve(listener: TcpListener, metrics: std::sync::Arc<Metrics>, cell
             let _ = stream.write_all(response.as_bytes()).await;
         });
     }
+}
+
+/// Reads until the end of the request line (a client may send it in pieces), at
+/// most 1 KiB.
+async fn request_line(stream: &mut tokio::net::TcpStream) -> String {
+    let mut request = Vec::with_capacity(256);
+    let mut chunk = [0u8; 256];
+    while !request.windows(2).any(|w| w == b"\r\n") && request.len() < 1024 {
+        match stream.read(&mut chunk).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => request.extend_from_slice(&chunk[..n]),
+        }
+    }
+    String::from_utf8_lossy(&request).into_owned()
 }
