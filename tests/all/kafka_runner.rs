@@ -240,7 +240,10 @@ async fn records_the_host_cannot_use_are_set_aside_with_a_reason_and_never_skipp
             "x".repeat(500)
         ),
     );
-    let unparseable = stage.record("bad-json", Some(0), "this is not json");
+    let mut unparseable = stage.record("bad-json", Some(0), "this is not json");
+    unparseable
+        .headers
+        .push(("trace".into(), vec![0xff, 0x00, 0x41]));
     let good = stage.record("good", Some(0), r#"{"order_id": "good", "amount": 5}"#);
     stage
         .produce(vec![no_id, oversized, unparseable, good])
@@ -287,6 +290,15 @@ async fn records_the_host_cannot_use_are_set_aside_with_a_reason_and_never_skipp
             .await
             .expect("payload kept");
     assert_eq!(kept, b"this is not json");
+    let headers: serde_json::Value =
+        sqlx::query_scalar("SELECT headers FROM inbox_host.dead_letters WHERE kafka_offset = 2")
+            .fetch_one(&stage.db.pool)
+            .await
+            .expect("headers kept");
+    assert_eq!(
+        headers,
+        serde_json::json!([{ "key": "message_id", "value": "bad-json" }, { "key": "trace", "value_hex": "ff0041" }])
+    );
     assert_eq!(
         host.log()
             .matches("set aside in inbox_host.dead_letters")

@@ -71,7 +71,10 @@ impl RunSettings {
             .parse()
             .map_err(|e: String| anyhow::anyhow!("--message-id: {e}"))?;
         let worker_id = args.worker_id.unwrap_or_else(default_worker_id);
-        if args.inbox_retention_days.is_some_and(|d| !d.is_finite() || d <= 0.0) {
+        if args
+            .inbox_retention_days
+            .is_some_and(|d| !d.is_finite() || d <= 0.0)
+        {
             bail!("--inbox-retention-days must be a positive number of days");
         }
         if args.retry_initial_ms == 0 || args.retry_max_ms < args.retry_initial_ms {

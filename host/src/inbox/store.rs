@@ -126,16 +126,7 @@ pub struct DeadLetter<'a> {
 /// (group, topic, partition, offset), so a redelivery does not add a second row.
 pub async fn dead_letter(pool: &PgPool, letter: &DeadLetter<'_>) -> Result<(), sqlx::Error> {
     let m = letter.message;
-    let headers: Vec<serde_json::Value> = m
-        .headers
-        .iter()
-        .map(|h| {
-            serde_json::json!({
-                "key": h.key,
-                "value": h.value.as_ref().map(|v| String::from_utf8_lossy(v).into_owned()),
-            })
-        })
-        .collect();
+    let headers: Vec<serde_json::Value> = m.headers.iter().map(header_json).collect();
     sqlx::query(
         "INSERT INTO inbox_host.dead_letters
              (consumer_group, topic, kafka_partition, kafka_offset, message_id, reason,
@@ -156,6 +147,19 @@ pub async fn dead_letter(pool: &PgPool, letter: &DeadLetter<'_>) -> Result<(), s
     .execute(pool)
     .await?;
     Ok(())
+}
+
+/// A header as JSON, losslessly: `value` holds UTF-8 text (or null), and a value
+/// that is not UTF-8 is kept as `value_hex` instead.
+fn header_json(header: &super::Header) -> serde_json::Value {
+    match header.value.as_deref().map(std::str::from_utf8) {
+        None => serde_json::json!({ "key": header.key, "value": null }),
+        Some(Ok(text)) => serde_json::json!({ "key": header.key, "value": text }),
+        Some(Err(_)) => serde_json::json!({
+            "key": header.key,
+            "value_hex": header.value.as_deref().map(hex::encode),
+        }),
+    }
 }
 
 /// Counts one more failed attempt of `message` (in its own transaction); returns
