@@ -1,6 +1,7 @@
 //! Deploying a new plugin version into running hosts by replacing the file.
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use inbox_host::plugin::digest_of;
@@ -55,7 +56,6 @@ async fn wait_assigned(hosts: &[&Host]) {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn v1_v2_v1_v2_swaps_under_a_steady_stream_handle_every_message_once_by_one_version() {
-    const TOTAL: i64 = 3_000;
     let stage = Stage::new(3).await;
     let (v1, v2) = (plugin("billing"), billing_v2());
     let (d1, d2) = (digest(&v1), digest(&v2));
@@ -64,20 +64,25 @@ async fn v1_v2_v1_v2_swaps_under_a_steady_stream_handle_every_message_once_by_on
     let host = stage.spawn_host(&deployed.live, &[]);
     wait_assigned(&[&host]).await;
 
-    // A steady stream: 100 orders every 100 ms.
-    let records: Vec<_> = (0..TOTAL)
-        .map(|n| stage.order(&format!("order-{n}"), n))
-        .collect();
+    // A steady stream, 50 orders every 100 ms, until the last swap has been seen
+    // on a message: a stream that ran dry before a slow swap would prove nothing.
+    let swaps_done = AtomicBool::new(false);
     let producing = async {
-        for batch in records.chunks(100) {
-            stage.produce(batch.to_vec()).await;
+        let mut produced = 0i64;
+        while !swaps_done.load(Ordering::SeqCst) {
+            let batch = (produced..produced + 50)
+                .map(|n| stage.order(&format!("order-{n}"), n))
+                .collect();
+            stage.produce(batch).await;
+            produced += 50;
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
+        produced
     };
     let swapping = async {
         let mut report = Vec::new();
         for (n, (version, digest)) in [(&v2, &d2), (&v1, &d1), (&v2, &d2)].into_iter().enumerate() {
-            let threshold = (n as i64 + 1) * TOTAL / 4;
+            let threshold = (n as i64 + 1) * 600;
             wait_until("progress before the next deploy", LONG, || async {
                 invoices(&stage).await >= threshold
             })
@@ -107,11 +112,12 @@ async fn v1_v2_v1_v2_swaps_under_a_steady_stream_handle_every_message_once_by_on
                 &digest[..15]
             ));
         }
+        swaps_done.store(true, Ordering::SeqCst);
         report
     };
-    let ((), report) = tokio::join!(producing, swapping);
+    let (total, report) = tokio::join!(producing, swapping);
     wait_until("every order invoiced", LONG, || async {
-        invoices(&stage).await >= TOTAL
+        invoices(&stage).await >= total
     })
     .await;
     for line in &report {
@@ -119,15 +125,15 @@ async fn v1_v2_v1_v2_swaps_under_a_steady_stream_handle_every_message_once_by_on
     }
 
     let db = &stage.db;
-    assert_eq!(invoices(&stage).await, TOTAL);
+    assert_eq!(invoices(&stage).await, total);
     assert_eq!(
         db.count("SELECT count(DISTINCT message_id) FROM invoices")
             .await,
-        TOTAL
+        total
     );
     assert_eq!(
         db.count("SELECT count(*) FROM inbox_host.inbox").await,
-        TOTAL
+        total
     );
     let consistent = db
         .count(&format!(
@@ -137,7 +143,7 @@ async fn v1_v2_v1_v2_swaps_under_a_steady_stream_handle_every_message_once_by_on
         ))
         .await;
     assert_eq!(
-        consistent, TOTAL,
+        consistent, total,
         "a row's digest does not match the marker its invoice carries"
     );
     for (digest, name) in [(&d1, "v1"), (&d2, "v2")] {
