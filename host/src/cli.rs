@@ -113,9 +113,26 @@ pub struct RunArgs {
     #[arg(long, env = "INBOX_MAX_MESSAGE_BYTES", default_value_t = 1 << 20)]
     pub max_message_bytes: usize,
     /// Set a record aside as a dead letter after this many failures in a row
-    /// (default: retry forever, holding its partition).
+    /// (default: retry a retryable failure forever, holding its partition).
     #[arg(long, env = "INBOX_MAX_ATTEMPTS")]
     pub max_attempts: Option<u32>,
+    /// Set a record aside after this many failures that waiting cannot fix (a
+    /// rejected payload, a panic, a refused statement, a memory or stack limit).
+    #[arg(long, env = "INBOX_MAX_FATAL_ATTEMPTS", default_value_t = 3)]
+    pub max_fatal_attempts: u32,
+    /// Most records of a partition handled in one transaction (1: one
+    /// transaction per record).
+    #[arg(long, env = "INBOX_BATCH_MAX", default_value_t = 100)]
+    pub batch_max: usize,
+    /// How long a partition's worker waits for more records to fill a batch, in ms.
+    #[arg(long, env = "INBOX_BATCH_LINGER_MS", default_value_t = 5)]
+    pub batch_linger_ms: u64,
+    /// Most batches in flight at once across partitions (default: the pool size).
+    #[arg(long, env = "INBOX_CONCURRENCY")]
+    pub concurrency: Option<usize>,
+    /// PostgreSQL connections the host keeps.
+    #[arg(long, env = "INBOX_DB_POOL_SIZE", default_value_t = 8)]
+    pub db_pool_size: u32,
     /// First retry delay after a failure, in milliseconds (doubles each time).
     #[arg(long, env = "INBOX_RETRY_INITIAL_MS", default_value_t = 200)]
     pub retry_initial_ms: u64,

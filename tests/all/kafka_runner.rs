@@ -53,7 +53,9 @@ async fn no_offset_past_a_failing_message_is_committed_and_once_it_succeeds_all_
         ));
     }
     stage.produce(records).await;
-    let mut host = stage.spawn_host(&plugin("sql-runner"), &[]);
+    // A failing statement is fatal; this test is about holding the partition
+    // until a fix, so the budget for fatal failures is out of the way.
+    let mut host = stage.spawn_host(&plugin("sql-runner"), &["--max-fatal-attempts", "1000000"]);
 
     wait_until("three failed attempts of message 0", LONG, || async {
         host.log().matches("message failed").count() >= 3
@@ -307,7 +309,11 @@ async fn records_the_host_cannot_use_are_set_aside_with_a_reason_and_never_skipp
         "{}",
         host.log()
     );
-    assert_eq!(stage.committed(0).await, Some(4));
+    // Offsets are committed asynchronously (every second, and on leaving).
+    wait_until("the offset past all four committed", LONG, || async {
+        stage.committed(0).await == Some(4)
+    })
+    .await;
     assert!(host.stop());
 }
 
@@ -455,4 +461,184 @@ async fn inbox_rows_past_the_retention_window_are_pruned_and_the_window_is_check
         },
     )
     .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_fatal_failure_is_set_aside_after_three_attempts_by_default_and_the_next_hundred_records_follow_within_ten_seconds(
+) {
+    let stage = Stage::new(1).await;
+    let mut records = vec![stage.record("poison", Some(0), "not json")];
+    records.extend((0..100).map(|n| {
+        let id = format!("after-{n}");
+        let payload = serde_json::json!({ "order_id": id, "amount": n }).to_string();
+        stage.record(&id, Some(0), payload)
+    }));
+    stage.produce(records).await;
+    // The CLI's own retry defaults, not the stage's fast ones.
+    let host = stage.spawn_host(
+        &plugin("billing"),
+        &["--retry-initial-ms", "200", "--retry-max-ms", "30000"],
+    );
+    wait_until("the first failed attempt recorded", LONG, || async {
+        stage
+            .db
+            .count("SELECT count(*) FROM inbox_host.attempts")
+            .await
+            > 0
+    })
+    .await;
+    let first_failure = std::time::Instant::now();
+    wait_until(
+        "the hundred records after the poison invoiced",
+        LONG,
+        || async { stage.db.count("SELECT count(*) FROM invoices").await == 100 },
+    )
+    .await;
+    let took = first_failure.elapsed();
+    eprintln!("from the first failure to 100 records past it: {took:?}");
+    assert!(took <= Duration::from_secs(10), "took {took:?}");
+    let (attempts, reason): (i32, String) = sqlx::query_as(
+        "SELECT a.attempts, d.reason FROM inbox_host.dead_letters d
+         JOIN inbox_host.attempts a USING (consumer_group, topic, kafka_partition, kafka_offset)
+         WHERE d.message_id = 'poison'",
+    )
+    .fetch_one(&stage.db.pool)
+    .await
+    .expect("the poison is a dead letter with its attempts");
+    assert_eq!(attempts, 3);
+    assert!(reason.starts_with("failed 3 times"), "{reason}");
+    wait_until("every offset committed", LONG, || async {
+        stage.committed(0).await == Some(101)
+    })
+    .await;
+    drop(host);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn hosts_joining_and_leaving_while_batches_are_in_flight_lose_nothing_apply_nothing_twice_and_keep_committing(
+) {
+    const TOTAL: i64 = 6_000;
+    const PARTITIONS: i32 = 6;
+    let stage = Stage::new(PARTITIONS).await;
+    stage
+        .produce(
+            (0..TOTAL)
+                .map(|n| stage.order(&format!("order-{n}"), n))
+                .collect(),
+        )
+        .await;
+    let high = stage.high_watermarks(PARTITIONS).await;
+    // The local broker holds every rebalance round for the session timeout less
+    // a second (a real broker ends the round once the members rejoined), and a
+    // cooperative rebalance takes two rounds: a short session keeps its rounds
+    // near a real broker's.
+    let fast_rejoin = ["--kafka-opt", "session.timeout.ms=3000"];
+    let mut hosts = vec![stage.spawn_host(&plugin("billing"), &fast_rejoin)];
+    let watch = tokio::spawn(longest_wait_without_commit(
+        stage.broker.bootstrap().to_string(),
+        stage.group.clone(),
+        stage.topic.clone(),
+        high,
+    ));
+    // Join, leave cleanly, join, die hard: each change is a rebalance while
+    // batches are in flight. Hosts that left are kept for their logs.
+    let mut retired = Vec::new();
+    for step in 0..6 {
+        // Each change comes once the group has settled from the previous one
+        // and committed more work: batches are in flight when it lands.
+        let before = stage.committed_total(PARTITIONS).await;
+        wait_until("commits moving since the last change", LONG, || async {
+            let now = stage.committed_total(PARTITIONS).await;
+            now > before + 200 || now >= TOTAL
+        })
+        .await;
+        match step % 3 {
+            0 => hosts.push(stage.spawn_host(&plugin("billing"), &fast_rejoin)),
+            1 => {
+                let mut leaving = hosts.remove(0);
+                assert!(
+                    leaving.stop(),
+                    "a host did not exit 0 on SIGTERM:\n{}",
+                    leaving.log()
+                );
+                retired.push(leaving);
+                hosts.push(stage.spawn_host(&plugin("billing"), &fast_rejoin));
+            }
+            _ => {
+                let mut killed = hosts.remove(0);
+                killed.kill_hard();
+                retired.push(killed);
+            }
+        }
+        eprintln!("{:?} step {step} done", std::time::Instant::now());
+    }
+    if hosts.is_empty() {
+        hosts.push(stage.spawn_host(&plugin("billing"), &fast_rejoin));
+    }
+    wait_until("every order invoiced", LONG, || async {
+        stage.db.count("SELECT count(*) FROM invoices").await >= TOTAL
+    })
+    .await;
+    let longest = watch.await.expect("watch");
+    eprintln!("longest time a partition with waiting work went without a commit: {longest:?}");
+    assert!(
+        longest <= Duration::from_secs(15),
+        "a partition waited {longest:?} for a commit"
+    );
+    assert_eq!(stage.db.count("SELECT count(*) FROM invoices").await, TOTAL);
+    assert_eq!(
+        stage
+            .db
+            .count("SELECT count(DISTINCT message_id) FROM invoices")
+            .await,
+        TOTAL
+    );
+    for mut host in hosts {
+        assert!(host.stop(), "{}", host.log());
+    }
+}
+
+/// Polls the group's committed offsets until every partition reached its high
+/// watermark; returns the longest time any partition with records left went
+/// without its committed offset moving.
+async fn longest_wait_without_commit(
+    brokers: String,
+    group: String,
+    topic: String,
+    high: Vec<i64>,
+) -> Duration {
+    let started = std::time::Instant::now();
+    let mut last_move = vec![started; high.len()];
+    let mut last_seen = vec![None; high.len()];
+    let mut longest = Duration::ZERO;
+    loop {
+        let (b, g, t, n) = (
+            brokers.clone(),
+            group.clone(),
+            topic.clone(),
+            high.len() as i32,
+        );
+        let committed = tokio::task::spawn_blocking(move || {
+            inbox_host::kafka::committed_offsets(&b, &g, &t, n)
+        })
+        .await
+        .expect("task")
+        .unwrap_or_else(|_| last_seen.clone());
+        let now = std::time::Instant::now();
+        let mut done = true;
+        for p in 0..high.len() {
+            if committed[p] != last_seen[p] {
+                last_seen[p] = committed[p];
+                last_move[p] = now;
+            }
+            if committed[p].unwrap_or(0) < high[p] {
+                done = false;
+                longest = longest.max(now - last_move[p]);
+            }
+        }
+        if done || started.elapsed() > Duration::from_secs(300) {
+            return longest;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
 }

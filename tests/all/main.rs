@@ -1,5 +1,6 @@
 //! End-to-end tests: real PostgreSQL, real plugins, real broker, real binary.
 
+mod batching;
 mod cli;
 mod hot_swap;
 mod inbox_core;

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use inbox_host::app::{HandlerSource, NativeBilling, Pipeline, StopWhen};
 use inbox_host::embedded::{Durability, LocalBroker};
 use inbox_host::inbox::{self, Handler, Outcome, Runner, RunnerSettings, Strategy};
-use inbox_host::kafka::{self, Backoff, Consumer, ConsumerSettings, IdSources};
+use inbox_host::kafka::{self, Consumer, ConsumerSettings, IdSources};
 use inbox_host::plugin::{Plugin, Runtime, SandboxLimits};
 use inbox_host_tests::{order, plugin, unique, TestDb};
 
@@ -139,11 +139,8 @@ async fn through_kafka<S: HandlerSource>(
         group: topic.clone(),
         topics: vec![topic.clone()],
         id_sources: IdSources::default(),
-        backoff: Backoff {
-            initial: Duration::from_millis(50),
-            max: Duration::from_secs(1),
-        },
         extra: vec![],
+        revoke_grace: Duration::from_secs(10),
     })
     .expect("consumer");
     let (pipeline, mut seen) = Pipeline::observed(consumer, runner(db, &topic), source);

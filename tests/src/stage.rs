@@ -74,6 +74,31 @@ impl Stage {
         self.record(id, None, payload)
     }
 
+    /// The high watermark of each partition of the stage's topic.
+    pub async fn high_watermarks(&self, partitions: i32) -> Vec<i64> {
+        let (brokers, topic) = (self.broker.bootstrap().to_string(), self.topic.clone());
+        tokio::task::spawn_blocking(move || kafka::high_watermarks(&brokers, &topic, partitions))
+            .await
+            .expect("task")
+            .expect("watermarks")
+    }
+
+    /// The sum of the group's committed offsets over partitions `0..partitions`.
+    pub async fn committed_total(&self, partitions: i32) -> i64 {
+        let (brokers, group, topic) = (
+            self.broker.bootstrap().to_string(),
+            self.group.clone(),
+            self.topic.clone(),
+        );
+        tokio::task::spawn_blocking(move || {
+            kafka::committed_offsets(&brokers, &group, &topic, partitions)
+        })
+        .await
+        .expect("task")
+        .map(|offsets| offsets.into_iter().flatten().sum())
+        .unwrap_or(0)
+    }
+
     /// The group's committed offset for a partition, as the broker reports it.
     pub async fn committed(&self, partition: i32) -> Option<i64> {
         let (brokers, group, topic) = (

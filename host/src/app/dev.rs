@@ -23,7 +23,7 @@ pub async fn dev(args: DevArgs, shutdown: impl Future<Output = ()>) -> anyhow::R
         Some(tokio::task::spawn_blocking(|| TempPostgres::start(Durability::Throwaway)).await??)
     };
     if let Some(pg) = &postgres {
-        let pool = connect(&pg.url()).await?;
+        let pool = connect(&pg.url(), 4).await?;
         inbox::migrate(&pool).await.context("applying migrations")?;
         inbox::apply_example_tables(&pool).await?;
     }

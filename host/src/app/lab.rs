@@ -14,7 +14,7 @@ use super::{connect, Delivery, Pipeline, StopWhen, Verdict};
 use crate::cli::LabArgs;
 use crate::embedded::{Durability, LocalBroker, TempPostgres};
 use crate::inbox::{self, CommitOn, Outcome, Runner, RunnerSettings, Strategy};
-use crate::kafka::{self, Backoff, Consumer, ConsumerSettings, IdSources, OutgoingRecord};
+use crate::kafka::{self, Consumer, ConsumerSettings, IdSources, OutgoingRecord};
 
 /// One printed row of the lab.
 pub type LabRow = String;
@@ -71,7 +71,7 @@ impl Stage {
                 (Some(pg), url)
             }
         };
-        let pool = connect(&url).await?;
+        let pool = connect(&url, 4).await?;
         inbox::migrate(&pool).await.context("applying migrations")?;
         inbox::apply_example_tables(&pool).await?;
         let nanos = SystemTime::now().duration_since(UNIX_EPOCH)?.as_nanos();
@@ -174,13 +174,10 @@ impl Stage {
             group: group.to_string(),
             topics: vec![topic.to_string()],
             id_sources: IdSources::default(),
-            backoff: Backoff {
-                initial: std::time::Duration::from_millis(100),
-                max: std::time::Duration::from_secs(1),
-            },
             // A short session bounds how long a fresh consumer waits on a member
             // that did not leave cleanly.
             extra: vec![("session.timeout.ms".into(), "6000".into())],
+            revoke_grace: std::time::Duration::from_secs(10),
         })?;
         let runner = Runner::new(
             self.pool.clone(),
@@ -193,7 +190,9 @@ impl Stage {
                 guest_role: Some(inbox::DEFAULT_GUEST_ROLE.into()),
             },
         );
-        let (pipeline, mut seen) = Pipeline::observed(consumer, runner, handler);
+        let (mut pipeline, mut seen) = Pipeline::observed(consumer, runner, handler);
+        // The lab shows each delivery on its own: one record per transaction.
+        pipeline.limits.batch_max = 1;
         let stop = StopWhen {
             after_deliveries: Some(1),
             caught_up: true,

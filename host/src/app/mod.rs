@@ -1,6 +1,7 @@
 //! The composition root: the only module that knows Kafka, the inbox runner and
 //! the plugin runtime together.
 
+mod decide;
 mod dev;
 mod lab;
 mod native_billing;
@@ -8,12 +9,14 @@ mod pipeline;
 mod retention;
 mod settings;
 mod status;
+mod worker;
 
 use std::future::Future;
 
 use anyhow::Context;
 use sqlx::postgres::PgPool;
 
+pub use decide::{decide, Backoff, RetryPolicy, Step};
 pub use dev::dev;
 pub use lab::{lab, LabRow};
 pub use native_billing::NativeBilling;
@@ -27,7 +30,7 @@ use crate::plugin::{Plugin, PluginCell, Runtime, Watcher};
 
 /// Runs `inbox-host` with a plugin until `shutdown` resolves.
 pub async fn run(settings: RunSettings, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
-    let pool = connect(&settings.database_url).await?;
+    let pool = connect(&settings.database_url, settings.db_pool_size).await?;
     inbox::migrate(&pool).await.context("applying migrations")?;
     if let Some(role) = &settings.runner.guest_role {
         inbox::ensure_guest_role(&pool, role).await?;
@@ -84,7 +87,7 @@ pub async fn run(settings: RunSettings, shutdown: impl Future<Output = ()>) -> a
         metrics: Some(metrics),
     };
     pipeline.run(shutdown, StopWhen::default()).await?;
-    tracing::info!("stopped: in-flight message finished, offsets committed, group left");
+    tracing::info!("stopped: batches in flight finished, stored offsets committed, group left");
     Ok(())
 }
 
@@ -108,7 +111,7 @@ fn spawn_hot_swap(
 
 /// Applies the host's migrations.
 pub async fn migrate(database_url: &str) -> anyhow::Result<()> {
-    let pool = connect(database_url).await?;
+    let pool = connect(database_url, 2).await?;
     inbox::migrate(&pool).await.context("applying migrations")?;
     Ok(())
 }
@@ -128,13 +131,16 @@ pub async fn load_plugin(runtime: &Runtime, path: &std::path::Path) -> anyhow::R
     Ok(plugin)
 }
 
-pub(crate) async fn connect(url: &str) -> anyhow::Result<PgPool> {
-    inbox::pool_options(4).connect(url).await.with_context(|| {
-        format!(
-            "cannot connect to PostgreSQL at {}: check --database-url / DATABASE_URL",
-            redact(url)
-        )
-    })
+pub(crate) async fn connect(url: &str, connections: u32) -> anyhow::Result<PgPool> {
+    inbox::pool_options(connections)
+        .connect(url)
+        .await
+        .with_context(|| {
+            format!(
+                "cannot connect to PostgreSQL at {}: check --database-url / DATABASE_URL",
+                redact(url)
+            )
+        })
 }
 
 /// The URL without its password, for messages.

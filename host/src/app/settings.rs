@@ -8,10 +8,14 @@ use anyhow::{bail, Context};
 
 use crate::cli::{CommitOnArg, RunArgs, StrategyArg};
 use crate::inbox::{CommitOn, RunnerSettings, Strategy};
-use crate::kafka::{Backoff, ConsumerSettings, IdSources};
+use crate::kafka::{self, ConsumerSettings, IdSources};
 use crate::plugin::SandboxLimits;
 
+use super::decide::{Backoff, RetryPolicy};
 use super::PipelineLimits;
+
+/// How long a rebalance waits for a revoked partition's batch to finish.
+const REVOKE_GRACE: Duration = Duration::from_secs(10);
 
 /// Everything `inbox-host run` needs, checked.
 #[derive(Debug, Clone)]
@@ -23,6 +27,8 @@ pub struct RunSettings {
     pub limits: PipelineLimits,
     pub sandbox: SandboxLimits,
     pub status_addr: Option<String>,
+    /// PostgreSQL connections the host keeps.
+    pub db_pool_size: u32,
     /// How long inbox rows are kept; `None` keeps them forever.
     pub inbox_retention: Option<Duration>,
 }
@@ -66,6 +72,7 @@ impl RunSettings {
                     .with_context(|| format!("--kafka-opt `{o}` is not key=value (e.g. --kafka-opt security.protocol=ssl)"))
             })
             .collect::<anyhow::Result<Vec<_>>>()?;
+        kafka::check_extra(&extra).map_err(anyhow::Error::msg)?;
         let id_sources: IdSources = args
             .message_id
             .parse()
@@ -80,6 +87,15 @@ impl RunSettings {
         if args.retry_initial_ms == 0 || args.retry_max_ms < args.retry_initial_ms {
             bail!("--retry-initial-ms must be > 0 and <= --retry-max-ms");
         }
+        if args.batch_max == 0 {
+            bail!("--batch-max must be at least 1 (1 handles each record in its own transaction)");
+        }
+        if args.db_pool_size == 0 || args.concurrency == Some(0) {
+            bail!("--db-pool-size and --concurrency must be at least 1");
+        }
+        if args.max_fatal_attempts == 0 {
+            bail!("--max-fatal-attempts must be at least 1");
+        }
         Ok(Self {
             plugin,
             database_url,
@@ -88,11 +104,8 @@ impl RunSettings {
                 group: group.clone(),
                 topics,
                 id_sources,
-                backoff: Backoff {
-                    initial: Duration::from_millis(args.retry_initial_ms),
-                    max: Duration::from_millis(args.retry_max_ms),
-                },
                 extra,
+                revoke_grace: REVOKE_GRACE,
             },
             runner: RunnerSettings {
                 group,
@@ -104,7 +117,17 @@ impl RunSettings {
             },
             limits: PipelineLimits {
                 max_message_bytes: args.max_message_bytes,
-                max_attempts: args.max_attempts.filter(|n| *n > 0),
+                retry: RetryPolicy {
+                    backoff: Backoff {
+                        initial: Duration::from_millis(args.retry_initial_ms),
+                        max: Duration::from_millis(args.retry_max_ms),
+                    },
+                    max_attempts: args.max_attempts.filter(|n| *n > 0),
+                    max_fatal_attempts: args.max_fatal_attempts,
+                },
+                batch_max: args.batch_max,
+                batch_linger: Duration::from_millis(args.batch_linger_ms),
+                concurrency: args.concurrency.unwrap_or(args.db_pool_size as usize),
             },
             sandbox: SandboxLimits {
                 deadline: Duration::from_millis(args.guest_deadline_ms.max(1)),
@@ -112,6 +135,7 @@ impl RunSettings {
                 ..SandboxLimits::default()
             },
             status_addr: args.status_addr.filter(|a| !a.trim().is_empty()),
+            db_pool_size: args.db_pool_size,
             inbox_retention: args
                 .inbox_retention_days
                 .map(|days| Duration::from_secs_f64(days.max(0.0) * 86_400.0)),

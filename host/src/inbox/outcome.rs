@@ -18,8 +18,9 @@ pub enum Outcome {
 }
 
 impl Outcome {
-    pub fn is_failure(&self) -> bool {
-        matches!(self, Outcome::Failed(_) | Outcome::Locked)
+    /// Whether the message's transaction committed (or had committed before).
+    pub fn committed(&self) -> bool {
+        matches!(self, Outcome::Processed | Outcome::Duplicate)
     }
 
     /// A short word for log lines and metrics.

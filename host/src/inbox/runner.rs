@@ -2,7 +2,7 @@ use std::time::Duration;
 
 use sqlx::PgPool;
 
-use super::store::{self, Claim, ClaimBy};
+use super::store::{self, BatchClaim, Claim, ClaimBy};
 use super::{FailureKind, Handler, HandlerError, Message, Outcome, Strategy, Tx};
 
 /// How the runner claims messages and bounds their transactions.
@@ -20,7 +20,8 @@ pub struct RunnerSettings {
     pub guest_role: Option<String>,
 }
 
-/// Runs one message at a time through begin → inbox row → handler → commit.
+/// Runs messages through begin → inbox rows → handler per message → commit,
+/// one at a time or a batch per transaction.
 #[derive(Debug, Clone)]
 pub struct Runner {
     pool: PgPool,
@@ -53,19 +54,135 @@ impl Runner {
         }
     }
 
-    async fn try_process<H: Handler>(
+    /// Processes the messages of one partition, in offset order, in as few
+    /// transactions as the outcomes allow. Returns an outcome per message
+    /// attempted, in order: all but the last are committed (processed or
+    /// duplicate); the last may be anything, and the messages after it were not
+    /// attempted.
+    ///
+    /// One multi-row claim finds the new messages; duplicates (also within the
+    /// batch) skip the handler; each new message runs in offset order on a fresh
+    /// handler instance; one pre-commit check and one `COMMIT` end the batch. When
+    /// a message fails, the batch is rolled back and the messages before it are
+    /// committed again as their own batch, so a failure never costs the work
+    /// before it (docs/semantics.md says why this replay beats a savepoint per
+    /// message). A held inbox row sends the batch through one message at a time.
+    pub async fn process_batch<H: Handler>(
         &self,
-        message: &Message,
+        messages: &[&Message],
         handler: &H,
-    ) -> Result<Outcome, sqlx::Error> {
-        let by = ClaimBy {
+    ) -> Vec<Outcome> {
+        if messages.len() <= 1 {
+            let mut outcomes = Vec::with_capacity(1);
+            if let Some(message) = messages.first() {
+                outcomes.push(self.process(message, handler).await);
+            }
+            return outcomes;
+        }
+        match self.try_batch(messages, handler).await {
+            Ok(Batch::Committed(outcomes)) => outcomes,
+            Ok(Batch::FailedAt(at, failure)) => {
+                let mut outcomes = Box::pin(self.process_batch(&messages[..at], handler)).await;
+                if outcomes.len() == at && outcomes.iter().all(Outcome::committed) {
+                    outcomes.push(failure);
+                }
+                outcomes
+            }
+            Ok(Batch::OneByOne) | Err(_) => self.one_by_one(messages, handler).await,
+        }
+    }
+
+    async fn one_by_one<H: Handler>(&self, messages: &[&Message], handler: &H) -> Vec<Outcome> {
+        let mut outcomes = Vec::with_capacity(messages.len());
+        for message in messages {
+            let outcome = self.process(message, handler).await;
+            let committed = outcome.committed();
+            outcomes.push(outcome);
+            if !committed {
+                break;
+            }
+        }
+        outcomes
+    }
+
+    async fn try_batch<H: Handler>(
+        &self,
+        messages: &[&Message],
+        handler: &H,
+    ) -> Result<Batch, sqlx::Error> {
+        let by = self.claim_by(handler);
+        let mut tx = self.pool.begin().await?;
+        let (runs, xid) = if self.settings.strategy.uses_inbox() {
+            let firsts = first_occurrences(messages);
+            let distinct: Vec<&Message> = messages
+                .iter()
+                .zip(&firsts)
+                .filter_map(|(m, first)| first.then_some(*m))
+                .collect();
+            match store::claim_batch(&mut tx, &distinct, &by).await? {
+                BatchClaim::Locked => {
+                    rollback(tx).await;
+                    return Ok(Batch::OneByOne);
+                }
+                BatchClaim::New { ids, xid } => {
+                    let runs = messages
+                        .iter()
+                        .zip(firsts)
+                        .map(|(m, first)| first && ids.contains(&m.message_id))
+                        .collect::<Vec<_>>();
+                    (runs, xid)
+                }
+            }
+        } else {
+            (
+                vec![true; messages.len()],
+                Some(store::begin_plain(&mut tx, &by).await?),
+            )
+        };
+        let Some(xid) = xid else {
+            tx.rollback().await?;
+            return Ok(Batch::Committed(vec![Outcome::Duplicate; messages.len()]));
+        };
+        let mut outcomes = Vec::with_capacity(messages.len());
+        for (at, (message, run)) in messages.iter().zip(runs).enumerate() {
+            if !run {
+                outcomes.push(Outcome::Duplicate);
+                continue;
+            }
+            let (returned, verdict) = handler.handle(message, tx).await;
+            tx = returned;
+            if let Err(error) = verdict {
+                rollback(tx).await;
+                return Ok(Batch::FailedAt(at, Outcome::Failed(error)));
+            }
+            outcomes.push(Outcome::Processed);
+        }
+        if still_ours(&mut tx, &xid, by.guest_role).await.is_err() {
+            // Which message broke it shows when they run one at a time.
+            rollback(tx).await;
+            return Ok(Batch::OneByOne);
+        }
+        tx.commit().await?;
+        Ok(Batch::Committed(outcomes))
+    }
+
+    fn claim_by<'a, H: Handler>(&'a self, handler: &'a H) -> ClaimBy<'a> {
+        ClaimBy {
             group: &self.settings.group,
             worker_id: &self.settings.worker_id,
             version: handler.version(),
             lock_timeout: self.settings.lock_timeout,
             statement_timeout: self.settings.statement_timeout,
             guest_role: self.settings.guest_role.as_deref(),
-        };
+        }
+    }
+
+    async fn try_process<H: Handler>(
+        &self,
+        message: &Message,
+        handler: &H,
+    ) -> Result<Outcome, sqlx::Error> {
+        let by = self.claim_by(handler);
         let mut tx = self.pool.begin().await?;
         let xid = if self.settings.strategy.uses_inbox() {
             match store::claim(&mut tx, message, &by).await? {
@@ -129,4 +246,24 @@ async fn rollback(tx: Tx) {
         // The connection is discarded by the pool; nothing was committed either way.
         tracing::warn!(error = %e, "rollback failed");
     }
+}
+
+/// How a batch transaction ended.
+enum Batch {
+    /// Committed; an outcome per message.
+    Committed(Vec<Outcome>),
+    /// Rolled back because the message at this index failed.
+    FailedAt(usize, Outcome),
+    /// Rolled back; the messages go one at a time (a held row, or a broken
+    /// transaction whose culprit is unknown).
+    OneByOne,
+}
+
+/// For each message, whether it is the first in the batch with its id.
+fn first_occurrences(messages: &[&Message]) -> Vec<bool> {
+    let mut seen = std::collections::HashSet::with_capacity(messages.len());
+    messages
+        .iter()
+        .map(|m| seen.insert(m.message_id.as_str()))
+        .collect()
 }

@@ -21,6 +21,9 @@ pub fn pool_options(max_connections: u32) -> PgPoolOptions {
     PgPoolOptions::new()
         .max_connections(max_connections)
         .acquire_timeout(Duration::from_secs(10))
+        // A broken connection shows on its first statement and the batch is
+        // retried; a ping before every acquire costs a round trip per batch.
+        .test_before_acquire(false)
         .after_release(|conn, _meta| {
             Box::pin(async move {
                 // A connection that cannot be reset is closed rather than reused.

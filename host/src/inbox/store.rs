@@ -1,5 +1,6 @@
 //! The SQL of the runner. Every statement here is the host's, on the host's role.
 
+use std::collections::HashSet;
 use std::time::Duration;
 
 use sqlx::{PgConnection, PgPool};
@@ -67,6 +68,62 @@ pub(super) async fn claim(
         Ok(Some((xid, _role))) => Ok(Claim::New { xid }),
         Ok(None) => Ok(Claim::Duplicate),
         Err(e) if sqlstate(&e).as_deref() == Some(LOCK_NOT_AVAILABLE) => Ok(Claim::Locked),
+        Err(e) => Err(e),
+    }
+}
+
+/// What inserting a batch's inbox rows told us.
+pub(super) enum BatchClaim {
+    /// These message ids got new rows (the others are duplicates); `xid` is the
+    /// transaction, `None` when every row already existed.
+    New {
+        ids: HashSet<String>,
+        xid: Option<String>,
+    },
+    /// Another open transaction holds one of the rows.
+    Locked,
+}
+
+/// [`claim`] for many messages in one statement: their rows are inserted
+/// together and `RETURNING` names the ones that are new. Ids must be distinct.
+pub(super) async fn claim_batch(
+    conn: &mut PgConnection,
+    messages: &[&Message],
+    by: &ClaimBy<'_>,
+) -> Result<BatchClaim, sqlx::Error> {
+    let ids: Vec<&str> = messages.iter().map(|m| m.message_id.as_str()).collect();
+    let topics: Vec<&str> = messages.iter().map(|m| m.topic.as_str()).collect();
+    let partitions: Vec<i32> = messages.iter().map(|m| m.partition).collect();
+    let offsets: Vec<i64> = messages.iter().map(|m| m.offset).collect();
+    let inserted: Result<Vec<(String, String, String)>, sqlx::Error> = sqlx::query_as(
+        "INSERT INTO inbox_host.inbox
+             (message_id, consumer_group, worker_id, plugin_digest, topic, kafka_partition, kafka_offset)
+         SELECT m.id, $2, $3, $4, m.topic, m.part, m.off
+         FROM (SELECT set_config('lock_timeout', $8, true),
+                      set_config('statement_timeout', $9, true)) AS transaction_limits,
+              unnest($1::text[], $5::text[], $6::int[], $7::bigint[]) AS m(id, topic, part, off)
+         ON CONFLICT (message_id, consumer_group) DO NOTHING
+         RETURNING message_id, pg_current_xact_id()::text, set_config('role', coalesce($10, 'none'), true)",
+    )
+    .bind(&ids)
+    .bind(by.group)
+    .bind(by.worker_id)
+    .bind(by.version)
+    .bind(&topics)
+    .bind(&partitions)
+    .bind(&offsets)
+    .bind(millis(by.lock_timeout))
+    .bind(millis(by.statement_timeout))
+    .bind(by.guest_role)
+    .fetch_all(&mut *conn)
+    .await;
+    match inserted {
+        Ok(rows) => {
+            let xid = rows.first().map(|(_, xid, _)| xid.clone());
+            let ids = rows.into_iter().map(|(id, _, _)| id).collect();
+            Ok(BatchClaim::New { ids, xid })
+        }
+        Err(e) if sqlstate(&e).as_deref() == Some(LOCK_NOT_AVAILABLE) => Ok(BatchClaim::Locked),
         Err(e) => Err(e),
     }
 }

@@ -2,7 +2,9 @@ use std::time::Duration;
 
 use rdkafka::admin::{AdminClient, AdminOptions, ResourceSpecifier};
 use rdkafka::client::DefaultClientContext;
-use rdkafka::error::{KafkaError, KafkaResult};
+use rdkafka::error::KafkaError;
+
+use super::error::KafkaResult;
 use rdkafka::ClientConfig;
 
 /// How long the broker keeps a topic's records: `Ok(None)` for forever

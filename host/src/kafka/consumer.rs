@@ -1,28 +1,17 @@
-use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Weak};
+use std::thread;
 use std::time::Duration;
 
-use rdkafka::consumer::{CommitMode, Consumer as _, StreamConsumer};
-use rdkafka::error::KafkaResult;
-use rdkafka::message::{BorrowedMessage, Headers, Message as _};
-use rdkafka::{ClientConfig, Offset, TopicPartitionList};
-use tokio::time::Instant;
+use super::error::KafkaResult;
+use rdkafka::consumer::{BaseConsumer, Consumer as _};
+use rdkafka::message::Message as _;
+use rdkafka::{ClientConfig, Offset};
+use tokio::sync::mpsc;
 
-use super::context::{lock, GroupContext, Partition};
-use super::{IdSource, IdSources, Record, RecordHeader};
-
-/// Exponential backoff between retries of a failed record.
-#[derive(Debug, Clone, Copy)]
-pub struct Backoff {
-    pub initial: Duration,
-    pub max: Duration,
-}
-
-impl Backoff {
-    fn delay(&self, attempt: u32) -> Duration {
-        let factor = 2u32.saturating_pow(attempt.saturating_sub(1).min(20));
-        self.initial.saturating_mul(factor).min(self.max)
-    }
-}
+use super::context::GroupContext;
+use super::partition::PartitionStream;
+use super::IdSources;
 
 /// How to join the group.
 #[derive(Debug, Clone)]
@@ -31,163 +20,146 @@ pub struct ConsumerSettings {
     pub group: String,
     pub topics: Vec<String>,
     pub id_sources: IdSources,
-    pub backoff: Backoff,
-    /// Extra librdkafka properties (`--kafka-opt key=value`), applied last.
+    /// Extra librdkafka properties (`--kafka-opt key=value`), applied last. The
+    /// properties in [`OWNED_PROPERTIES`] are refused by [`check_extra`].
     pub extra: Vec<(String, String)>,
+    /// How long a rebalance waits for a revoked partition's worker to finish its
+    /// batch and store its offset before handing the partition over anyway.
+    pub revoke_grace: Duration,
 }
 
-/// A retry scheduled for a failed record.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Retry {
-    /// How many times this record has failed in a row (1 for the first failure).
-    pub attempt: u32,
-    pub delay: Duration,
+/// librdkafka properties the host sets itself because its guarantees rest on
+/// them, with what to use instead.
+pub const OWNED_PROPERTIES: &[(&str, &str)] = &[
+    ("group.id", "--group"),
+    ("bootstrap.servers", "--brokers"),
+    (
+        "enable.auto.commit",
+        "nothing: offsets are committed after the database commit",
+    ),
+    (
+        "enable.auto.offset.store",
+        "nothing: offsets are stored after the database commit",
+    ),
+    (
+        "isolation.level",
+        "nothing: only committed records are read",
+    ),
+    ("enable.partition.eof", "nothing"),
+];
+
+/// Refuses `--kafka-opt` properties the host owns, naming what to use instead.
+pub fn check_extra(extra: &[(String, String)]) -> Result<(), String> {
+    let refused: Vec<String> = extra
+        .iter()
+        .filter_map(|(key, _)| {
+            OWNED_PROPERTIES
+                .iter()
+                .find(|(owned, _)| owned == key)
+                .map(|(owned, instead)| format!("{owned} (use {instead})"))
+        })
+        .collect();
+    if refused.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "--kafka-opt cannot set {}: inbox-host sets it itself",
+            refused.join(", ")
+        ))
+    }
 }
 
-/// A partition held at a failed record: paused until `until`, then rewound.
-struct Blocked {
-    offset: i64,
-    attempt: u32,
-    until: Instant,
-    rewound: bool,
+/// The librdkafka configuration of a group member.
+pub fn client_config(settings: &ConsumerSettings) -> ClientConfig {
+    let mut config = ClientConfig::new();
+    let next_generation = settings
+        .extra
+        .iter()
+        .any(|(k, v)| k == "group.protocol" && v == "consumer");
+    config
+        .set("bootstrap.servers", &settings.brokers)
+        .set("group.id", &settings.group)
+        // Offsets are stored by the workers after their database commit; librdkafka
+        // commits what was stored every second, on revoke and on close.
+        .set("enable.auto.commit", "true")
+        .set("auto.commit.interval.ms", "1000")
+        .set("enable.auto.offset.store", "false")
+        .set("auto.offset.reset", "earliest")
+        .set("isolation.level", "read_committed")
+        // The poll thread never stops polling (handling happens elsewhere), so this
+        // only bounds how long a lost JoinGroup reply leaves the member outside
+        // the group (librdkafka waits max.poll.interval.ms + 3 s for it).
+        .set("max.poll.interval.ms", "30000");
+    if !next_generation {
+        // KIP-848 (`group.protocol=consumer`) assigns on the broker and refuses
+        // these client-side settings.
+        config
+            .set("partition.assignment.strategy", "cooperative-sticky")
+            .set("session.timeout.ms", "10000")
+            .set("heartbeat.interval.ms", "1000");
+    }
+    for (key, value) in &settings.extra {
+        config.set(key, value);
+    }
+    config
 }
 
-/// A group member that never lets an offset past a failed record be committed:
-/// after a failure the partition is paused, rewound to that record and retried
-/// after a backoff, while the other partitions keep flowing.
+/// A member of the consumer group. Each partition assigned to it arrives from
+/// [`Consumer::assigned`] as a [`PartitionStream`] of its own; a revoked
+/// partition's stream ends after its worker finished. A thread of its own
+/// serves the group (heartbeats, rebalances, commits), so handling records
+/// never delays them.
 pub struct Consumer {
-    inner: StreamConsumer<GroupContext>,
-    ids: IdSources,
-    backoff: Backoff,
-    blocked: HashMap<Partition, Blocked>,
-    warned_coordinates: HashSet<String>,
+    inner: Arc<BaseConsumer<GroupContext>>,
+    assigned: mpsc::UnboundedReceiver<PartitionStream>,
+    poller: Poller,
+}
+
+/// The thread serving the group; stopped (and joined) on drop.
+struct Poller {
+    polling: Arc<AtomicBool>,
+    thread: Option<thread::JoinHandle<()>>,
+}
+
+impl Drop for Poller {
+    fn drop(&mut self) {
+        self.polling.store(false, Ordering::SeqCst);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
 }
 
 impl Consumer {
     pub fn join(settings: &ConsumerSettings) -> KafkaResult<Self> {
-        let mut config = ClientConfig::new();
-        config
-            .set("bootstrap.servers", &settings.brokers)
-            .set("group.id", &settings.group)
-            .set("enable.auto.commit", "false")
-            .set("enable.auto.offset.store", "false")
-            .set("auto.offset.reset", "earliest")
-            .set("session.timeout.ms", "10000")
-            .set("heartbeat.interval.ms", "1000");
-        for (key, value) in &settings.extra {
-            config.set(key, value);
-        }
-        let inner: StreamConsumer<GroupContext> =
-            config.create_with_context(GroupContext::default())?;
+        let (streams, assigned) = mpsc::unbounded_channel();
+        let context = GroupContext::new(settings, streams);
+        let inner: Arc<BaseConsumer<GroupContext>> =
+            Arc::new(client_config(settings).create_with_context(context)?);
+        inner.context().attach(Arc::downgrade(&inner));
         let topics: Vec<&str> = settings.topics.iter().map(String::as_str).collect();
         inner.subscribe(&topics)?;
+        let polling = Arc::new(AtomicBool::new(true));
+        let thread = spawn_poller(Arc::downgrade(&inner), polling.clone())
+            .map_err(|e| rdkafka::error::KafkaError::Subscription(e.to_string()))?;
         Ok(Self {
             inner,
-            ids: settings.id_sources.clone(),
-            backoff: settings.backoff,
-            blocked: HashMap::new(),
-            warned_coordinates: HashSet::new(),
+            assigned,
+            poller: Poller {
+                polling,
+                thread: Some(thread),
+            },
         })
     }
 
-    /// The next record to handle. Records of a partition held at a failure are
-    /// not returned until that failure is retried.
-    pub async fn next(&mut self) -> KafkaResult<Record> {
-        loop {
-            forget_moved_partitions(&self.inner, &mut self.blocked);
-            let wake = self
-                .blocked
-                .values()
-                .filter(|b| !b.rewound)
-                .map(|b| b.until)
-                .min();
-            tracing::debug!(
-                ?wake,
-                blocked = self.blocked.len(),
-                "waiting for the next record"
-            );
-            let received = match wake {
-                Some(at) => tokio::select! {
-                    m = self.inner.recv() => Some(m),
-                    _ = tokio::time::sleep_until(at) => None,
-                },
-                None => Some(self.inner.recv().await),
-            };
-            match received {
-                None => {
-                    tracing::trace!("backoff over: rewinding held partitions");
-                    self.rewind_due()?
-                }
-                Some(Err(e)) => return Err(e),
-                Some(Ok(m)) => {
-                    // Rebalances run inside `recv`: settle them before this record,
-                    // so they never clear a hold placed after it.
-                    forget_moved_partitions(&self.inner, &mut self.blocked);
-                    let partition = (m.topic().to_string(), m.partition());
-                    match self.blocked.get(&partition) {
-                        // Fetched before the rewind took effect: it comes again.
-                        Some(b) if m.offset() > b.offset || !b.rewound => continue,
-                        _ => return Ok(record_of(&self.ids, &mut self.warned_coordinates, &m)),
-                    }
-                }
-            }
-        }
+    /// The next partition assigned to this member.
+    pub async fn assigned(&mut self) -> Option<PartitionStream> {
+        self.assigned.recv().await
     }
 
-    /// Commits the offset after `record` (and so `record` and everything before
-    /// it in its partition). `Sync` waits for the broker.
-    pub fn acknowledge(&mut self, record: &Record, mode: CommitMode) -> KafkaResult<()> {
-        let partition = (record.topic.clone(), record.partition);
-        let next = record.offset + 1;
-        let mut tpl = TopicPartitionList::new();
-        tpl.add_partition_offset(&record.topic, record.partition, Offset::Offset(next))?;
-        self.inner.commit(&tpl, mode)?;
-        if self
-            .blocked
-            .get(&partition)
-            .is_some_and(|b| record.offset >= b.offset)
-        {
-            let held = self.blocked.remove(&partition).is_some_and(|b| !b.rewound);
-            if held {
-                // Acknowledged while paused (set aside after its last attempt):
-                // records after it were dropped by the hold, so fetch from `next`.
-                let mut resume = TopicPartitionList::new();
-                resume.add_partition(&record.topic, record.partition);
-                self.inner.resume(&resume)?;
-                self.inner.seek(
-                    &record.topic,
-                    record.partition,
-                    Offset::Offset(next),
-                    Duration::ZERO,
-                )?;
-            }
-        }
-        lock(&self.inner.context().acked).insert(partition, next);
-        Ok(())
-    }
-
-    /// Holds `record`'s partition at `record` and schedules a retry with
-    /// exponential backoff; later records of that partition wait.
-    pub fn retry_later(&mut self, record: &Record) -> KafkaResult<Retry> {
-        let partition = (record.topic.clone(), record.partition);
-        let attempt = match self.blocked.get(&partition) {
-            Some(b) if b.offset == record.offset => b.attempt + 1,
-            _ => 1,
-        };
-        let delay = self.backoff.delay(attempt);
-        let mut tpl = TopicPartitionList::new();
-        tpl.add_partition(&record.topic, record.partition);
-        self.inner.pause(&tpl)?;
-        self.blocked.insert(
-            partition,
-            Blocked {
-                offset: record.offset,
-                attempt,
-                until: Instant::now() + delay,
-                rewound: false,
-            },
-        );
-        Ok(Retry { attempt, delay })
+    /// Asks every partition stream to end (their workers finish the batch in hand).
+    pub fn stop_partitions(&self) {
+        self.inner.context().stop_all();
     }
 
     /// Whether this member has been assigned partitions and the group's committed
@@ -218,95 +190,54 @@ impl Consumer {
         Ok(true)
     }
 
-    /// Commits everything acknowledged (waiting for the broker) and leaves the group.
-    pub fn close(self) -> KafkaResult<()> {
-        let acked = lock(&self.inner.context().acked).clone();
-        let mut tpl = TopicPartitionList::new();
-        for ((topic, partition), next) in acked {
-            tpl.add_partition_offset(&topic, partition, Offset::Offset(next))?;
-        }
-        if tpl.count() > 0 {
-            self.inner.commit(&tpl, CommitMode::Sync)?;
-        }
-        // Unsubscribing revokes the partitions here and now; dropping then closes
-        // the consumer, which leaves the group so the partitions move at once.
-        self.inner.unsubscribe();
-        drop(self.inner);
-        Ok(())
-    }
-
-    fn rewind_due(&mut self) -> KafkaResult<()> {
-        let now = Instant::now();
-        for ((topic, partition), b) in self
-            .blocked
-            .iter_mut()
-            .filter(|(_, b)| !b.rewound && b.until <= now)
+    /// Leaves the group: librdkafka commits every stored offset (a failure is
+    /// logged: those records come again and the inbox finds them), then the
+    /// partitions move at once. Blocks: call it off the async threads, after the
+    /// partition workers have ended.
+    pub fn close(self) {
+        self.stop_partitions();
+        // While the group is stable this lands; in a rebalance the broker refuses
+        // it and the commit on unassign below tries again.
+        if let Err(e) = self
+            .inner
+            .commit_consumer_state(rdkafka::consumer::CommitMode::Sync)
         {
-            // Resume, then seek without waiting (a seek on a paused partition
-            // waits for a fetcher that never runs). Anything fetched from the old
-            // position is dropped by `next` until the failed record comes again.
-            let mut tpl = TopicPartitionList::new();
-            tpl.add_partition(topic, *partition);
-            self.inner.resume(&tpl)?;
-            self.inner
-                .seek(topic, *partition, Offset::Offset(b.offset), Duration::ZERO)?;
-            b.rewound = true;
+            tracing::debug!(error = %e, "final commit before leaving");
         }
-        Ok(())
+        drop(self.poller);
+        drop(self.assigned);
+        // The last reference: dropping closes the consumer, which revokes, commits
+        // and leaves the group while serving the callbacks on this thread.
+        drop(self.inner);
     }
 }
 
-fn record_of(
-    ids: &IdSources,
-    warned_coordinates: &mut HashSet<String>,
-    m: &BorrowedMessage<'_>,
-) -> Record {
-    let headers: Vec<RecordHeader> = m
-        .headers()
-        .map(|hs| {
-            hs.iter()
-                .map(|h| RecordHeader {
-                    key: h.key.to_string(),
-                    value: h.value.map(<[u8]>::to_vec),
-                })
-                .collect()
-        })
-        .unwrap_or_default();
-    let payload = m.payload().unwrap_or_default().to_vec();
-    let coordinates = || format!("{}:{}:{}", m.topic(), m.partition(), m.offset());
-    let message_id = ids
-            .extract(&headers, &payload, coordinates)
-            .map(|(id, source)| {
-                if *source == IdSource::Coordinates && warned_coordinates.insert(m.topic().to_string()) {
-                    tracing::warn!(
+/// Serves the group's events until `polling` is cleared. Records never arrive
+/// here: each partition's records go to its own stream.
+fn spawn_poller(
+    consumer: Weak<BaseConsumer<GroupContext>>,
+    polling: Arc<AtomicBool>,
+) -> std::io::Result<thread::JoinHandle<()>> {
+    thread::Builder::new()
+        .name("kafka-group".into())
+        .spawn(move || {
+            while polling.load(Ordering::SeqCst) {
+                let Some(consumer) = consumer.upgrade() else {
+                    return;
+                };
+                match consumer.poll(Duration::from_millis(100)) {
+                    None => {}
+                    Some(Ok(m)) => tracing::error!(
                         topic = m.topic(),
-                        "records carry no message id header or field; using topic:partition:offset, \
-                         which changes when a message is republished (upstream duplicates will not be caught)"
-                    );
+                        partition = m.partition(),
+                        offset = m.offset(),
+                        "a record arrived outside its partition's stream; it is not handled \
+                         here and comes again after the next rebalance or restart"
+                    ),
+                    Some(Err(e)) => consumer.context().client_error(&e),
                 }
-                id
-            });
-    Record {
-        topic: m.topic().to_string(),
-        partition: m.partition(),
-        offset: m.offset(),
-        key: m.key().map(<[u8]>::to_vec),
-        headers,
-        payload,
-        message_id,
-    }
-}
-
-/// A rebalance moved partitions: their held failures belong to whoever owns them
-/// now, starting from the committed offset.
-fn forget_moved_partitions(
-    consumer: &StreamConsumer<GroupContext>,
-    blocked: &mut HashMap<Partition, Blocked>,
-) {
-    let moved = std::mem::take(&mut *lock(&consumer.context().moved));
-    for p in moved {
-        blocked.remove(&p);
-    }
+            }
+        })
 }
 
 #[cfg(test)]
@@ -314,13 +245,34 @@ mod tests {
     use super::*;
 
     #[test]
-    fn backoff_doubles_from_the_initial_delay_up_to_the_maximum() {
-        let backoff = Backoff {
-            initial: Duration::from_millis(200),
-            max: Duration::from_secs(1),
+    fn properties_the_host_relies_on_cannot_be_overridden_and_the_message_says_what_to_use() {
+        let extra = |k: &str| vec![(k.to_string(), "x".to_string())];
+        assert!(check_extra(&extra("security.protocol")).is_ok());
+        let refused = check_extra(&extra("group.id")).expect_err("group.id is owned");
+        assert!(refused.contains("group.id (use --group)"), "{refused}");
+        assert!(check_extra(&extra("enable.auto.commit")).is_err());
+        assert!(check_extra(&extra("enable.auto.offset.store")).is_err());
+    }
+
+    #[test]
+    fn the_next_generation_group_protocol_leaves_assignment_to_the_broker() {
+        let mut settings = ConsumerSettings {
+            brokers: "b:9092".into(),
+            group: "g".into(),
+            topics: vec!["t".into()],
+            id_sources: IdSources::default(),
+            extra: vec![],
+            revoke_grace: Duration::from_secs(10),
         };
-        let delays: Vec<u128> = (1..=5).map(|a| backoff.delay(a).as_millis()).collect();
-        assert_eq!(delays, [200, 400, 800, 1000, 1000]);
-        assert_eq!(backoff.delay(u32::MAX), Duration::from_secs(1));
+        let classic = client_config(&settings);
+        assert_eq!(
+            classic.get("partition.assignment.strategy"),
+            Some("cooperative-sticky")
+        );
+        settings.extra = vec![("group.protocol".into(), "consumer".into())];
+        let kip848 = client_config(&settings);
+        assert_eq!(kip848.get("partition.assignment.strategy"), None);
+        assert_eq!(kip848.get("session.timeout.ms"), None);
+        assert_eq!(kip848.get("enable.auto.offset.store"), Some("false"));
     }
 }

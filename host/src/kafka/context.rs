@@ -1,60 +1,221 @@
-use std::collections::HashMap;
-use std::sync::Mutex;
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc as sync_mpsc, Arc, Mutex, OnceLock, Weak};
+use std::time::{Duration, Instant};
 
-use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
-use rdkafka::error::KafkaResult;
-use rdkafka::{ClientContext, Offset, TopicPartitionList};
+use rdkafka::config::RDKafkaLogLevel;
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer as _, ConsumerContext, Rebalance};
+use rdkafka::error::{KafkaError, KafkaResult};
+use rdkafka::{ClientContext, TopicPartitionList};
+use tokio::sync::{mpsc, watch};
+
+use super::consumer::ConsumerSettings;
+use super::partition::PartitionStream;
+use super::IdSources;
 
 /// A topic and partition.
 pub(super) type Partition = (String, i32);
 
-/// Remembers acknowledged offsets so they are committed before a partition is
-/// taken away, and which partitions a rebalance touched.
-#[derive(Default)]
-pub(super) struct GroupContext {
-    /// Next offset to read, per partition, for everything acknowledged.
-    pub acked: Mutex<HashMap<Partition, i64>>,
-    /// Partitions assigned or revoked since the consumer last looked.
-    pub moved: Mutex<Vec<Partition>>,
+/// What a rebalance needs to take a partition back from its worker: a way to
+/// ask it to stop, and a channel that disconnects once the worker has let go.
+struct Handoff {
+    stop: watch::Sender<bool>,
+    released: sync_mpsc::Receiver<()>,
 }
 
-impl ClientContext for GroupContext {}
+/// Turns rebalances into partition streams: an assigned partition gets its own
+/// queue (split off before librdkafka starts fetching it) and is handed to the
+/// application; a revoked one is taken back only after its worker finished the
+/// batch in hand and stored its offset, so librdkafka commits that offset as it
+/// unassigns the partition.
+pub(super) struct GroupContext {
+    consumer: OnceLock<Weak<BaseConsumer<GroupContext>>>,
+    streams: mpsc::UnboundedSender<PartitionStream>,
+    handoffs: Mutex<HashMap<Partition, Handoff>>,
+    ids: Arc<IdSources>,
+    warned_coordinates: Arc<Mutex<HashSet<String>>>,
+    revoke_grace: Duration,
+    commits_failing: AtomicBool,
+    client_failing: AtomicBool,
+    last_commit: Mutex<Instant>,
+}
 
-impl ConsumerContext for GroupContext {
-    fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
-        if let Rebalance::Revoke(tpl) = rebalance {
-            let revoked = partitions(tpl);
-            let mut acked = lock(&self.acked);
-            let mut commit = TopicPartitionList::new();
-            for p in &revoked {
-                if let Some(next) = acked.remove(p) {
-                    let _ = commit.add_partition_offset(&p.0, p.1, Offset::Offset(next));
-                }
-            }
-            if commit.count() > 0 {
-                if let Err(e) = consumer.commit(&commit, CommitMode::Sync) {
-                    tracing::warn!(error = %e, "committing offsets of revoked partitions failed; they will be redelivered");
-                }
-            }
-            tracing::info!(partitions = ?revoked, "partitions revoked");
-            lock(&self.moved).extend(revoked);
+/// Least time between two commits asked for after batches; librdkafka's own
+/// auto commit (every second) and the commits on revoke and close come on top.
+const COMMIT_SPACING: Duration = Duration::from_millis(100);
+
+impl GroupContext {
+    pub fn new(
+        settings: &ConsumerSettings,
+        streams: mpsc::UnboundedSender<PartitionStream>,
+    ) -> Self {
+        Self {
+            consumer: OnceLock::new(),
+            streams,
+            handoffs: Mutex::new(HashMap::new()),
+            ids: Arc::new(settings.id_sources.clone()),
+            warned_coordinates: Arc::default(),
+            revoke_grace: settings.revoke_grace,
+            commits_failing: AtomicBool::new(false),
+            client_failing: AtomicBool::new(false),
+            last_commit: Mutex::new(Instant::now()),
         }
     }
 
-    fn post_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+    /// Gives the context the consumer it serves (partition queues are split
+    /// from the shared handle).
+    pub fn attach(&self, consumer: Weak<BaseConsumer<GroupContext>>) {
+        let _ = self.consumer.set(consumer);
+    }
+
+    /// Asks every partition's worker to stop.
+    pub fn stop_all(&self) {
+        for handoff in lock(&self.handoffs).values() {
+            let _ = handoff.stop.send(true);
+        }
+    }
+
+    /// An error from the group's poll: logged once per streak, never fatal.
+    pub fn client_error(&self, error: &KafkaError) {
+        ClientContext::error(self, error.clone(), "poll");
+    }
+
+    /// Commits the stored offsets soon after a batch (asynchronously, at most
+    /// every [`COMMIT_SPACING`]), so a rebalance or a crash replays little.
+    pub fn commit_soon(&self, consumer: &BaseConsumer<GroupContext>) {
+        {
+            let mut last = lock(&self.last_commit);
+            if last.elapsed() < COMMIT_SPACING {
+                return;
+            }
+            *last = Instant::now();
+        }
+        if let Err(e) = consumer.commit_consumer_state(CommitMode::Async) {
+            tracing::debug!(error = %e, "asking for an offset commit failed; the next one carries it");
+        }
+    }
+
+    fn assign(&self, tpl: &TopicPartitionList) {
+        let Some(consumer) = self.consumer.get().and_then(Weak::upgrade) else {
+            return;
+        };
+        let mut handoffs = lock(&self.handoffs);
+        for element in tpl.elements() {
+            let (topic, partition) = (element.topic().to_string(), element.partition());
+            let Some(queue) = consumer.split_partition_queue(&topic, partition) else {
+                tracing::error!(topic, partition, "cannot open the partition's queue");
+                continue;
+            };
+            let (stop, stopped) = watch::channel(false);
+            let (holding, released) = sync_mpsc::sync_channel(0);
+            let stream = PartitionStream::new(
+                (topic.clone(), partition),
+                queue,
+                consumer.clone(),
+                stopped,
+                holding,
+                self.ids.clone(),
+                self.warned_coordinates.clone(),
+            );
+            handoffs.insert((topic, partition), Handoff { stop, released });
+            let _ = self.streams.send(stream);
+        }
+    }
+
+    fn revoke(&self, tpl: &TopicPartitionList) {
+        let revoked: Vec<Handoff> = {
+            let mut handoffs = lock(&self.handoffs);
+            partitions(tpl)
+                .iter()
+                .filter_map(|p| handoffs.remove(p))
+                .collect()
+        };
+        for handoff in &revoked {
+            let _ = handoff.stop.send(true);
+        }
+        let deadline = Instant::now() + self.revoke_grace;
+        let mut late = 0;
+        for handoff in revoked {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if let Err(sync_mpsc::RecvTimeoutError::Timeout) = handoff.released.recv_timeout(left) {
+                late += 1;
+            }
+        }
+        if late > 0 {
+            tracing::warn!(
+                late,
+                grace_ms = self.revoke_grace.as_millis() as u64,
+                "revoked partitions handed over before their workers finished; their last records come again and the inbox finds those already handled"
+            );
+        }
+    }
+}
+
+impl ClientContext for GroupContext {
+    fn log(&self, level: RDKafkaLogLevel, facility: &str, message: &str) {
+        use RDKafkaLogLevel::*;
+        match level {
+            // Each refused commit; `commit_callback` says it once per streak.
+            Warning if facility == "COMMITFAIL" => {
+                tracing::debug!(target: "librdkafka", "{facility} {message}")
+            }
+            Emerg | Alert | Critical | Error => {
+                tracing::error!(target: "librdkafka", "{facility} {message}")
+            }
+            Warning => tracing::warn!(target: "librdkafka", "{facility} {message}"),
+            Notice | Info => tracing::info!(target: "librdkafka", "{facility} {message}"),
+            Debug => tracing::debug!(target: "librdkafka", "{facility} {message}"),
+        }
+    }
+
+    /// A broker away, all brokers down, a failed resolve: librdkafka retries;
+    /// the host says so once per streak and never exits over it.
+    fn error(&self, error: KafkaError, reason: &str) {
+        if !self.client_failing.swap(true, Ordering::SeqCst) {
+            tracing::warn!(error = %error, reason, "Kafka client error; librdkafka keeps retrying (logged once until a commit succeeds)");
+        } else {
+            tracing::debug!(error = %error, reason, "Kafka client error");
+        }
+    }
+}
+
+impl ConsumerContext for GroupContext {
+    fn pre_rebalance(&self, _consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        match rebalance {
+            Rebalance::Assign(tpl) => self.assign(tpl),
+            Rebalance::Revoke(tpl) => {
+                tracing::info!(partitions = ?partitions(tpl), "partitions revoked; finishing their batches");
+                self.revoke(tpl);
+            }
+            Rebalance::Error(e) => {
+                tracing::warn!(error = %e, "rebalance error; the group will retry")
+            }
+        }
+    }
+
+    fn post_rebalance(&self, _consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
         if let Rebalance::Assign(tpl) = rebalance {
-            // A partition paused for backoff before it was revoked must not stay
-            // paused when it comes back.
-            let _ = consumer.resume(tpl);
-            let assigned = partitions(tpl);
-            tracing::info!(partitions = ?assigned, "partitions assigned");
-            lock(&self.moved).extend(assigned);
+            tracing::info!(partitions = ?partitions(tpl), "partitions assigned");
         }
     }
 
     fn commit_callback(&self, result: KafkaResult<()>, _offsets: &TopicPartitionList) {
-        if let Err(e) = result {
-            tracing::warn!(error = %e, "offset commit failed; the records will be redelivered and found in the inbox");
+        match result {
+            Ok(()) => {
+                if self.client_failing.swap(false, Ordering::SeqCst) {
+                    tracing::info!("Kafka reachable again: offsets commit");
+                }
+                if self.commits_failing.swap(false, Ordering::SeqCst) {
+                    tracing::info!("offset commits succeed again");
+                }
+            }
+            // Nothing to commit is not a failure.
+            Err(KafkaError::ConsumerCommit(rdkafka::types::RDKafkaErrorCode::NoOffset)) => {}
+            Err(e) => {
+                if !self.commits_failing.swap(true, Ordering::SeqCst) {
+                    tracing::warn!(error = %e, "offset commit failed; retried with the next one (those records may come again and the inbox finds them)");
+                }
+            }
         }
     }
 }

@@ -1,18 +1,23 @@
-//! The Kafka side: a consumer in a group with auto commit off, records in,
-//! offset commits out, and rewinding a partition to a failed record.
+//! The Kafka side: a member of a consumer group whose assigned partitions each
+//! arrive as an ordered stream of their own, records in, offsets stored out.
 //!
 //! Architecture invariant: this module knows nothing about SQL or WebAssembly.
-//! It hands out plain [`Record`]s and commits offsets when told to.
+//! It hands out plain [`Record`]s and stores an offset when told a record is
+//! done; librdkafka commits what was stored. No rdkafka type crosses its API.
 
 mod admin;
 mod consumer;
 mod context;
+mod error;
 mod message_id;
+mod partition;
 mod producer;
 mod record;
 
 pub use admin::topic_retention;
-pub use consumer::{Backoff, Consumer, ConsumerSettings, Retry};
+pub use consumer::{check_extra, Consumer, ConsumerSettings, OWNED_PROPERTIES};
+pub use error::{KafkaError, KafkaResult};
 pub use message_id::{IdSource, IdSources};
-pub use producer::{committed_offset, produce, OutgoingRecord};
+pub use partition::PartitionStream;
+pub use producer::{committed_offset, committed_offsets, high_watermarks, produce, OutgoingRecord};
 pub use record::{Record, RecordHeader};

@@ -1,7 +1,7 @@
 use std::time::Duration;
 
+use super::error::KafkaResult;
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::error::KafkaResult;
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
@@ -47,8 +47,8 @@ pub async fn produce(brokers: &str, records: &[OutgoingRecord]) -> KafkaResult<V
     for delivery in pending {
         match delivery.await {
             Ok(Ok(d)) => placed.push((d.partition, d.offset)),
-            Ok(Err((e, _))) => return Err(e),
-            Err(_cancelled) => return Err(rdkafka::error::KafkaError::Canceled),
+            Ok(Err((e, _))) => return Err(e.into()),
+            Err(_cancelled) => return Err(rdkafka::error::KafkaError::Canceled.into()),
         }
     }
     Ok(placed)
@@ -76,4 +76,48 @@ pub fn committed_offset(
             Offset::Offset(o) => Some(o),
             _ => None,
         }))
+}
+
+/// The group's committed offsets of partitions `0..partitions` of `topic`, in
+/// one request.
+pub fn committed_offsets(
+    brokers: &str,
+    group: &str,
+    topic: &str,
+    partitions: i32,
+) -> KafkaResult<Vec<Option<i64>>> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set("group.id", group)
+        .set("enable.auto.commit", "false")
+        .create()?;
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..partitions {
+        tpl.add_partition(topic, p);
+    }
+    let committed = consumer.committed_offsets(tpl, Duration::from_secs(10))?;
+    Ok((0..partitions)
+        .map(|p| {
+            committed
+                .find_partition(topic, p)
+                .and_then(|e| match e.offset() {
+                    Offset::Offset(o) => Some(o),
+                    _ => None,
+                })
+        })
+        .collect())
+}
+
+/// The high watermark (next offset to be written) of partitions `0..partitions`.
+pub fn high_watermarks(brokers: &str, topic: &str, partitions: i32) -> KafkaResult<Vec<i64>> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .create()?;
+    (0..partitions)
+        .map(|p| {
+            Ok(consumer
+                .fetch_watermarks(topic, p, Duration::from_secs(10))?
+                .1)
+        })
+        .collect()
 }

@@ -1,0 +1,360 @@
+//! A partition worker: takes the records of one assigned partition in order,
+//! hands them to the runner in batches, decides each outcome's step and carries
+//! it out. It never moves past a record that is not done, so per-partition
+//! order holds and no offset past a failure is stored.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::mpsc::UnboundedSender;
+use tokio::sync::Semaphore;
+use tokio::time::Instant;
+
+use super::decide::{self, Step};
+use super::pipeline::{Delivery, HandlerSource, PipelineLimits, Verdict};
+use super::Metrics;
+use crate::inbox::{self, DeadLetter, Message, Outcome, Runner};
+use crate::kafka::{PartitionStream, Record};
+
+/// What every worker of a pipeline shares.
+pub(super) struct Shared<S> {
+    pub runner: Runner,
+    pub source: S,
+    pub limits: PipelineLimits,
+    /// Batches in flight at once, across partitions (`--concurrency`).
+    pub permits: Semaphore,
+    pub metrics: Option<Arc<Metrics>>,
+    pub deliveries: Option<UnboundedSender<Delivery>>,
+    /// Deliveries left before the pipeline stops (`StopWhen::after_deliveries`):
+    /// no worker starts a batch past it.
+    pub budget: Option<AtomicU64>,
+}
+
+impl<S> Shared<S> {
+    /// How many more records may be handled.
+    fn allowance(&self) -> usize {
+        self.budget.as_ref().map_or(usize::MAX, |left| {
+            usize::try_from(left.load(Ordering::SeqCst)).unwrap_or(usize::MAX)
+        })
+    }
+}
+
+/// A record taken from the stream, owned by the worker until it is done.
+struct Pending {
+    message: Message,
+    /// Why the host cannot use it (no id, too large): it is set aside unhandled.
+    unusable: Option<String>,
+}
+
+pub(super) struct Worker<S> {
+    stream: PartitionStream,
+    shared: Arc<Shared<S>>,
+    pending: VecDeque<Pending>,
+    /// Failed attempts of the record at the head, this run (the attempts table
+    /// holds the count across restarts).
+    attempts: u32,
+}
+
+impl<S: HandlerSource> Worker<S> {
+    pub fn new(stream: PartitionStream, shared: Arc<Shared<S>>) -> Self {
+        Self {
+            stream,
+            shared,
+            pending: VecDeque::new(),
+            attempts: 0,
+        }
+    }
+
+    /// Runs until the partition is revoked or the member closes, then drops the
+    /// stream (which lets the rebalance go on).
+    pub async fn run(mut self) {
+        loop {
+            if self.pending.is_empty() {
+                let Some(record) = self.stream.next().await else {
+                    return;
+                };
+                self.push(record);
+            }
+            // After a failure the head goes alone (the single-record path).
+            let want = if self.attempts > 0 {
+                1
+            } else {
+                self.shared.limits.batch_max
+            };
+            let want = want.min(self.shared.allowance());
+            if want == 0 {
+                self.stream.stopped().await;
+                return;
+            }
+            self.take_arrived(want).await;
+            if self.stream.is_stopped() {
+                return;
+            }
+            if let Some(delay) = self.handle_head(want).await {
+                tokio::select! {
+                    () = tokio::time::sleep(delay) => {}
+                    () = self.stream.stopped() => return,
+                }
+            }
+        }
+    }
+
+    /// Adds what has already arrived, up to `want` pending records, waiting at
+    /// most `--batch-linger-ms` for more.
+    async fn take_arrived(&mut self, want: usize) {
+        let linger = Instant::now() + self.shared.limits.batch_linger;
+        while self.pending.len() < want {
+            if let Some(record) = self.stream.try_next() {
+                self.push(record);
+                continue;
+            }
+            match tokio::time::timeout_at(linger, self.stream.next()).await {
+                Ok(Some(record)) => self.push(record),
+                Ok(None) | Err(_) => return,
+            }
+        }
+    }
+
+    fn push(&mut self, record: Record) {
+        let pending = pending_of(record, self.shared.limits.max_message_bytes);
+        self.pending.push_back(pending);
+    }
+
+    /// Handles the records at the head (a batch of up to `want`, or one
+    /// unusable record); returns the delay before the head is tried again.
+    async fn handle_head(&mut self, want: usize) -> Option<Duration> {
+        let head = self.pending.pop_front()?;
+        if let Some(why) = head.unusable.clone() {
+            if self.set_aside(&head.message, None, why).await {
+                self.acknowledge(head.message.offset);
+                return None;
+            }
+            self.pending.push_front(head);
+            return Some(self.retry_delay());
+        }
+        self.pending.push_front(head);
+        let usable = self
+            .pending
+            .iter()
+            .take(want)
+            .take_while(|p| p.unusable.is_none())
+            .count();
+        // Taken out while in flight (moved, not copied); what is not done goes back.
+        let batch: Vec<Pending> = self.pending.drain(..usable).collect();
+        let messages: Vec<&Message> = batch.iter().map(|p| &p.message).collect();
+        let (done, retry) = self.run_batch(&messages).await;
+        drop(messages);
+        if let Some(last) = done.checked_sub(1).map(|n| batch[n].message.offset) {
+            self.acknowledge(last);
+        }
+        for pending in batch.into_iter().skip(done).rev() {
+            self.pending.push_front(pending);
+        }
+        retry
+    }
+
+    /// Runs one batch through the runner and acts on the outcomes; returns how
+    /// many records at its start are done, and the delay before a retry.
+    async fn run_batch(&mut self, messages: &[&Message]) -> (usize, Option<Duration>) {
+        let Some(last) = messages.last().map(|m| m.offset) else {
+            return (0, None);
+        };
+        let strategy = self.shared.runner.settings().strategy;
+        let shared = self.shared.clone();
+        let Ok(_permit) = shared.permits.acquire().await else {
+            return (0, None);
+        };
+        if strategy.commits_before() {
+            if let Err(e) = self.stream.store_and_commit(last).await {
+                tracing::warn!(error = %e, "could not commit before handling (at-most-once); retrying");
+                return (0, Some(self.retry_delay()));
+            }
+        }
+        let handler = shared.source.current();
+        let outcomes = shared.runner.process_batch(messages, &*handler).await;
+        drop(handler);
+        self.conclude(messages, outcomes).await
+    }
+
+    /// Acts on each outcome: the committed ones are done, the last one (if it
+    /// did not commit) gets the step [`decide::decide`] gives it.
+    async fn conclude(
+        &mut self,
+        messages: &[&Message],
+        outcomes: Vec<Outcome>,
+    ) -> (usize, Option<Duration>) {
+        let strategy = self.shared.runner.settings().strategy;
+        let mut done = 0;
+        let duplicates = outcomes
+            .iter()
+            .filter(|o| **o == Outcome::Duplicate)
+            .count();
+        if duplicates > 0 {
+            tracing::info!(
+                duplicates,
+                from_offset = messages[0].offset,
+                "duplicates: already in the inbox; handler not run, offsets stored"
+            );
+        }
+        for (message, outcome) in messages.iter().zip(outcomes) {
+            if outcome.committed() {
+                done += 1;
+                tracing::debug!(offset = message.offset, message_id = %message.message_id, outcome = outcome.label(), "done");
+                self.report(message, Verdict::Handled(outcome), true);
+                continue;
+            }
+            let attempts = self.count_attempt(message, &outcome).await;
+            match decide::decide(&outcome, attempts, &self.shared.limits.retry, strategy) {
+                Step::Acknowledge => {
+                    if let Outcome::Failed(e) = &outcome {
+                        tracing::warn!(offset = message.offset, message_id = %message.message_id, kind = %e.kind, error = %e.message,
+                            "message failed; acknowledged anyway by the strategy ({strategy}), not retried");
+                    }
+                    done += 1;
+                    self.report(message, Verdict::Handled(outcome), true);
+                }
+                Step::RetryAfter(delay) => {
+                    log_retry(message, &outcome, attempts, delay);
+                    self.report(message, Verdict::Handled(outcome), false);
+                    return (done, Some(delay));
+                }
+                Step::SetAside(why) => {
+                    let id = Some(message.message_id.as_str());
+                    if !self.set_aside(message, id, why).await {
+                        return (done, Some(self.retry_delay()));
+                    }
+                    done += 1;
+                }
+            }
+        }
+        (done, None)
+    }
+
+    /// The record at `offset` and everything before it are done.
+    fn acknowledge(&mut self, offset: i64) {
+        self.attempts = 0;
+        if self.shared.runner.settings().strategy.commits_before() {
+            return;
+        }
+        if let Err(e) = self.stream.store(offset) {
+            // The partition moved: its new owner starts from the last commit and
+            // finds these records in the inbox.
+            tracing::debug!(error = %e, offset, "offset not stored: partition no longer assigned");
+        }
+    }
+
+    /// The wait before retrying a step the host itself could not carry out.
+    fn retry_delay(&mut self) -> Duration {
+        self.attempts += 1;
+        self.shared.limits.retry.backoff.delay(self.attempts)
+    }
+
+    /// Counts a failed attempt: in `inbox_host.attempts` when the record may be
+    /// retried (so the budget survives restarts), else in memory.
+    async fn count_attempt(&mut self, message: &Message, outcome: &Outcome) -> u32 {
+        self.attempts += 1;
+        let strategy = self.shared.runner.settings().strategy;
+        if let (Outcome::Failed(e), true) = (outcome, decide::counts_attempt(outcome, strategy)) {
+            let runner = &self.shared.runner;
+            let group = &runner.settings().group;
+            match inbox::record_failure(runner.pool(), group, message, &e.to_string()).await {
+                Ok(total) => self.attempts = u32::try_from(total).unwrap_or(self.attempts),
+                Err(db) => tracing::warn!(error = %db, "could not record the failed attempt"),
+            }
+        }
+        self.attempts
+    }
+
+    /// Records the whole record in `inbox_host.dead_letters`; returns whether it
+    /// was written (if not, the record is retried, never skipped).
+    async fn set_aside(&self, message: &Message, id: Option<&str>, why: String) -> bool {
+        let settings = self.shared.runner.settings();
+        let letter = DeadLetter {
+            group: &settings.group,
+            worker_id: &settings.worker_id,
+            message,
+            message_id: id,
+            reason: &why,
+        };
+        match inbox::dead_letter(self.shared.runner.pool(), &letter).await {
+            Ok(()) => {
+                tracing::error!(
+                    topic = %message.topic, partition = message.partition, offset = message.offset,
+                    reason = %why,
+                    "message set aside in inbox_host.dead_letters (not handled; original key, headers and payload kept)"
+                );
+                self.report(message, Verdict::SetAside(why), true);
+                true
+            }
+            Err(e) => {
+                tracing::error!(reason = %why, error = %e, "could not record dead letter; retrying the record");
+                false
+            }
+        }
+    }
+
+    fn report(&self, message: &Message, verdict: Verdict, committed: bool) {
+        if let Some(left) = &self.shared.budget {
+            let _ = left.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
+        }
+        if let Some(metrics) = &self.shared.metrics {
+            metrics.record(&verdict);
+        }
+        if let Some(deliveries) = &self.shared.deliveries {
+            let _ = deliveries.send(Delivery::of(message, verdict, committed));
+        }
+    }
+}
+
+/// Moves a record into the runner's message, noting why the host cannot use it.
+fn pending_of(record: Record, max_message_bytes: usize) -> Pending {
+    let (message_id, mut unusable) = match record.message_id {
+        Ok(id) => (id, None),
+        Err(why) => (String::new(), Some(why)),
+    };
+    if unusable.is_none() && record.payload.len() > max_message_bytes {
+        unusable = Some(format!(
+            "payload of {} bytes exceeds --max-message-bytes {max_message_bytes}",
+            record.payload.len()
+        ));
+    }
+    let headers = record
+        .headers
+        .into_iter()
+        .map(|h| inbox::Header {
+            key: h.key,
+            value: h.value,
+        })
+        .collect();
+    Pending {
+        message: Message {
+            message_id,
+            topic: record.topic,
+            partition: record.partition,
+            offset: record.offset,
+            key: record.key,
+            headers,
+            payload: record.payload,
+        },
+        unusable,
+    }
+}
+
+fn log_retry(message: &Message, outcome: &Outcome, attempt: u32, delay: Duration) {
+    let retry_in_ms = delay.as_millis() as u64;
+    match outcome {
+        Outcome::Locked => tracing::info!(
+            offset = message.offset, message_id = %message.message_id, attempt, retry_in_ms,
+            "inbox row held by another open transaction; not handled, offset not stored, retrying"
+        ),
+        Outcome::Failed(e) => tracing::warn!(
+            topic = %message.topic, partition = message.partition, offset = message.offset,
+            message_id = %message.message_id, kind = %e.kind, retryable = e.retryable, attempt, retry_in_ms,
+            error = %e.message,
+            "message failed; rolled back, offset not stored, retrying it in place"
+        ),
+        Outcome::Processed | Outcome::Duplicate => {}
+    }
+}

@@ -1,0 +1,133 @@
+use std::collections::HashSet;
+use std::sync::{mpsc as sync_mpsc, Arc, Mutex};
+use std::time::Duration;
+
+use super::error::KafkaResult;
+use rdkafka::consumer::base_consumer::PartitionQueue;
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer as _};
+use tokio::sync::{watch, Notify};
+
+use super::context::{GroupContext, Partition};
+use super::{IdSources, Record};
+
+/// The records of one assigned partition, in offset order, for one worker.
+///
+/// It ends ([`PartitionStream::next`] returns `None`) when the partition is
+/// revoked or the member closes; the rebalance waits for the stream to be
+/// dropped, so the worker's last [`PartitionStream::store`] counts.
+pub struct PartitionStream {
+    partition: Partition,
+    queue: PartitionQueue<GroupContext>,
+    consumer: Arc<BaseConsumer<GroupContext>>,
+    arrived: Arc<Notify>,
+    stop: watch::Receiver<bool>,
+    ids: Arc<IdSources>,
+    warned_coordinates: Arc<Mutex<HashSet<String>>>,
+    /// Dropped with the stream: tells a waiting rebalance the worker let go.
+    _holding: sync_mpsc::SyncSender<()>,
+    failing: bool,
+}
+
+impl PartitionStream {
+    pub(super) fn new(
+        partition: Partition,
+        mut queue: PartitionQueue<GroupContext>,
+        consumer: Arc<BaseConsumer<GroupContext>>,
+        stop: watch::Receiver<bool>,
+        holding: sync_mpsc::SyncSender<()>,
+        ids: Arc<IdSources>,
+        warned_coordinates: Arc<Mutex<HashSet<String>>>,
+    ) -> Self {
+        let arrived = Arc::new(Notify::new());
+        let wake = arrived.clone();
+        queue.set_nonempty_callback(move || wake.notify_one());
+        Self {
+            partition,
+            queue,
+            consumer,
+            arrived,
+            stop,
+            ids,
+            warned_coordinates,
+            _holding: holding,
+            failing: false,
+        }
+    }
+
+    pub fn topic(&self) -> &str {
+        &self.partition.0
+    }
+
+    pub fn partition(&self) -> i32 {
+        self.partition.1
+    }
+
+    /// Whether the partition was revoked or the member is closing.
+    pub fn is_stopped(&self) -> bool {
+        *self.stop.borrow()
+    }
+
+    /// Resolves once the partition is revoked or the member is closing.
+    pub async fn stopped(&mut self) {
+        let _ = self.stop.wait_for(|stop| *stop).await;
+    }
+
+    /// The next record, waiting for one to arrive; `None` once stopped.
+    pub async fn next(&mut self) -> Option<Record> {
+        loop {
+            if self.is_stopped() {
+                return None;
+            }
+            if let Some(record) = self.try_next() {
+                return Some(record);
+            }
+            tokio::select! {
+                () = self.arrived.notified() => {}
+                _ = self.stop.changed() => {}
+            }
+        }
+    }
+
+    /// The next record if one has already arrived.
+    pub fn try_next(&mut self) -> Option<Record> {
+        loop {
+            match self.queue.poll(Duration::ZERO)? {
+                Ok(m) => {
+                    self.failing = false;
+                    let mut warned = super::context::lock(&self.warned_coordinates);
+                    return Some(Record::from_message(&m, &self.ids, &mut warned));
+                }
+                // Fetch errors (a broker away, an offset out of range) are retried
+                // by librdkafka; say so once per streak and keep reading.
+                Err(e) => {
+                    if !std::mem::replace(&mut self.failing, true) {
+                        tracing::warn!(topic = self.topic(), partition = self.partition(), error = %e, "fetch error; librdkafka retries");
+                    }
+                }
+            }
+        }
+    }
+
+    /// Stores `offset + 1` as the partition's position: everything up to and
+    /// including `offset` is done. It is committed soon after, asynchronously
+    /// (and again every second, on revoke and on close). Fails once the
+    /// partition is no longer assigned.
+    pub fn store(&self, offset: i64) -> KafkaResult<()> {
+        self.consumer
+            .store_offset(self.topic(), self.partition(), offset)?;
+        self.consumer.context().commit_soon(&self.consumer);
+        Ok(())
+    }
+
+    /// Stores `offset + 1` and waits until the broker has committed it
+    /// (at-most-once commits before handling).
+    pub async fn store_and_commit(&self, offset: i64) -> KafkaResult<()> {
+        self.store(offset)?;
+        let consumer = self.consumer.clone();
+        let committed =
+            tokio::task::spawn_blocking(move || consumer.commit_consumer_state(CommitMode::Sync))
+                .await
+                .unwrap_or(Err(rdkafka::error::KafkaError::Canceled));
+        Ok(committed?)
+    }
+}
