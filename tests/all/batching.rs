@@ -155,3 +155,25 @@ async fn a_row_held_by_another_transaction_in_a_batch_runs_no_handler_for_it_and
     assert_eq!(invoiced, ["o-0"]);
     assert_eq!(inbox_ids(&db).await, ["o-0"]);
 }
+
+#[tokio::test]
+async fn a_handler_that_fails_after_a_refused_statement_is_a_fatal_db_rule_failure() {
+    let db = TestDb::start().await;
+    let sql_runner = load("sql-runner");
+    let refused = statement("r-1", 0, "ROLLBACK");
+
+    let outcome = runner(&db).process(&refused, &sql_runner).await;
+    let Outcome::Failed(error) = outcome else {
+        panic!("a refused statement was not a failure: {outcome:?}");
+    };
+    assert_eq!(
+        error.kind,
+        inbox_host::inbox::FailureKind::DbRule,
+        "{error}"
+    );
+    assert!(
+        !error.retryable,
+        "waiting cannot fix a refused statement: {error}"
+    );
+    assert!(error.message.contains("IH001"), "{error}");
+}

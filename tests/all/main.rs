@@ -5,6 +5,7 @@ mod cli;
 mod hot_swap;
 mod inbox_core;
 mod kafka_runner;
+mod migrations;
 mod plugin_loading;
 mod sandbox;
 mod security;

@@ -1,83 +1,125 @@
-//! Messages per second of the billing plugin against the same INSERT in a native
-//! Rust handler, through the same runner: in process, and end to end through a
-//! Kafka-protocol broker. Rounds alternate between the two so machine noise hits
-//! both; medians and their ratios are printed in one table.
+//! The consume path at scale, in one run: the real `inbox-host` binary (release)
+//! with billing.wasm, exactly-once-inbox, 6 partitions, fsync and synchronous
+//! commit on, in three modes — per-message serial, per-message with 6 batches in
+//! flight, and batch mode (the defaults) — each against its ceiling: the same SQL
+//! through sqlx (the runner with a native handler) with the same batching and
+//! connections, no Kafka, no wasm. Also billing.wasm against the native handler
+//! in batch mode, instantiate p50, the statement check's cost and the hot-swap
+//! load time. Rounds alternate so machine noise hits every mode; medians.
 //!
-//! `cargo bench -p inbox-host-tests` (BENCH_MESSAGES=n to change the round size).
+//! `scripts/bench` (builds the release binary, then `cargo bench -p inbox-host-tests`).
+//! BENCH_MESSAGES=n sets the records per round (default 10,000).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use inbox_host::app::{HandlerSource, NativeBilling, Pipeline, StopWhen};
+use inbox_host::app::NativeBilling;
 use inbox_host::embedded::{Durability, LocalBroker};
-use inbox_host::inbox::{self, Handler, Outcome, Runner, RunnerSettings, Strategy};
-use inbox_host::kafka::{self, Consumer, ConsumerSettings, IdSources};
+use inbox_host::inbox::{self, Handler, Message, Outcome, Runner, RunnerSettings, Strategy};
+use inbox_host::kafka::{self, OutgoingRecord};
 use inbox_host::plugin::{Plugin, Runtime, SandboxLimits};
+use inbox_host_tests::host::Host;
 use inbox_host_tests::{order, plugin, unique, TestDb};
 
-const ROUNDS: usize = 5;
+const ROUNDS: usize = 3;
+const PARTITIONS: i32 = 6;
+
+/// One way of running the consume path.
+struct Mode {
+    name: &'static str,
+    batch_max: usize,
+    concurrency: usize,
+}
+
+const MODES: [Mode; 3] = [
+    Mode {
+        name: "per-message serial",
+        batch_max: 1,
+        concurrency: 1,
+    },
+    Mode {
+        name: "per-message, concurrency 6",
+        batch_max: 1,
+        concurrency: 6,
+    },
+    Mode {
+        name: "batch mode (defaults)",
+        batch_max: 100,
+        concurrency: 8,
+    },
+];
+
+/// What one end-to-end round measured.
+struct Round {
+    per_second: f64,
+    cpu_us_per_message: f64,
+    peak_rss_mb: f64,
+}
 
 fn main() {
     let messages: usize = std::env::var("BENCH_MESSAGES")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(1000);
+        .unwrap_or(10_000);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .expect("runtime");
     rt.block_on(async move {
         let db = TestDb::start_with(Durability::Production).await;
+        let broker = LocalBroker::start().expect("broker");
         let runtime = Runtime::new(SandboxLimits::default()).expect("wasm runtime");
         let wasm = Arc::new(Plugin::load(&runtime, &plugin("billing")).expect("billing.wasm"));
         let native = Arc::new(NativeBilling::default());
-        let runner = runner(&db, "bench");
+        println!("inbox-host consume path: billing.wasm, exactly-once-inbox, {PARTITIONS} partitions, {messages} records x {ROUNDS} rounds, medians");
+        println!("PostgreSQL with fsync and synchronous commit on; the host is the release binary\n");
 
-        println!("inbox-host throughput: billing.wasm vs native Rust, {messages} messages x {ROUNDS} rounds, median msg/s");
-        println!("PostgreSQL with fsync and synchronous commit on; one transaction per message\n");
-        let (mut w, mut n) = (Vec::new(), Vec::new());
-        in_process(&runner, &*wasm, 100, "warm-w").await;
-        in_process(&runner, &*native, 100, "warm-n").await;
+        let mut e2e: Vec<Vec<Round>> = MODES.iter().map(|_| Vec::new()).collect();
+        let mut ceiling: Vec<Vec<f64>> = MODES.iter().map(|_| Vec::new()).collect();
+        let (mut wasm_batch, mut native_batch) = (Vec::new(), Vec::new());
         for round in 0..ROUNDS {
-            w.push(in_process(&runner, &*wasm, messages, &format!("w{round}")).await);
-            n.push(in_process(&runner, &*native, messages, &format!("n{round}")).await);
+            for (m, mode) in MODES.iter().enumerate() {
+                e2e[m].push(end_to_end(&db, &broker, mode, messages).await);
+                ceiling[m].push(in_process(&db, &*native, mode, messages, &format!("c{round}-{m}")).await);
+            }
+            let batch = &MODES[2];
+            wasm_batch.push(in_process(&db, &*wasm, batch, messages, &format!("w{round}")).await);
+            native_batch.push(in_process(&db, &*native, batch, messages, &format!("n{round}")).await);
+            eprintln!("round {} of {ROUNDS} done", round + 1);
         }
-        let mut table = vec![row("runner, in process", &w, &n)];
 
-        // The statement check: parse cost per statement, and the whole path with it
-        // off (never an option in production) against on.
-        let unchecked_runtime = Runtime::new(SandboxLimits { check_sql: false, ..SandboxLimits::default() }).expect("runtime");
-        let unchecked = Plugin::load(&unchecked_runtime, &plugin("billing")).expect("billing.wasm");
-        let (mut on, mut off) = (Vec::new(), Vec::new());
-        for round in 0..ROUNDS {
-            on.push(in_process(&runner, &*wasm, messages, &format!("c{round}")).await);
-            off.push(in_process(&runner, &unchecked, messages, &format!("u{round}")).await);
-        }
-        let check_us = statement_check_cost();
-        let swap_ms = load_and_check_ms(&runtime).await;
-
-        let broker = LocalBroker::start().expect("broker");
-        let (mut w, mut n) = (Vec::new(), Vec::new());
-        for round in 0..ROUNDS.min(3) {
-            w.push(through_kafka(&db, &broker, wasm.clone(), messages).await);
-            n.push(through_kafka(&db, &broker, native.clone(), messages).await);
-            eprintln!("end-to-end round {round} done");
-        }
-        table.push(row("end to end via Kafka", &w, &n));
-
-        println!("{:<24} {:>16} {:>14} {:>13} {:>16}", "path", "billing.wasm/s", "native/s", "wasm/native", "wasm cost/msg");
-        for line in table {
-            println!("{line}");
-        }
-        println!();
-        println!("statement check (libpg_query), uncached: {check_us:.1} µs per statement (median of 5 x 2,000); verdicts are cached per SQL text");
         println!(
-            "billing.wasm with the check vs without: {:.0} vs {:.0} msg/s, ratio {:.3}",
-            median(&on),
-            median(&off),
-            median(&on) / median(&off)
+            "{:<28} {:>10} {:>10} {:>11} {:>12} {:>9} {:>10}",
+            "mode", "msg/s", "ceiling/s", "of ceiling", "vs serial", "host CPU", "host RSS"
         );
-        println!("hot swap: compiling + checking + instantiating a new billing.wasm takes {swap_ms:.0} ms (median of 5); messages keep flowing meanwhile");
+        let serial = median(&e2e[0].iter().map(|r| r.per_second).collect::<Vec<_>>());
+        for (m, mode) in MODES.iter().enumerate() {
+            let rate = median(&e2e[m].iter().map(|r| r.per_second).collect::<Vec<_>>());
+            let cpu = median(&e2e[m].iter().map(|r| r.cpu_us_per_message).collect::<Vec<_>>());
+            let rss = e2e[m].iter().map(|r| r.peak_rss_mb).fold(0.0, f64::max);
+            let ceil = median(&ceiling[m]);
+            println!(
+                "{:<28} {rate:>10.0} {ceil:>10.0} {:>11.2} {:>11.2}x {:>6.0} µs {rss:>7.0} MB",
+                mode.name,
+                rate / ceil,
+                rate / serial,
+                cpu
+            );
+        }
+        let (w, n) = (median(&wasm_batch), median(&native_batch));
+        println!();
+        println!(
+            "batch mode in process (the runner, 6 partitions side by side, no Kafka): billing.wasm {w:.0} msg/s, native {n:.0} msg/s, wasm/native {:.2}",
+            w / n
+        );
+        let (plain, savepoints) = savepoint_cost(&db, messages).await;
+        println!(
+            "a savepoint per record (SAVEPOINT + RELEASE around each invoice, batches of 100, 6 connections): {savepoints:.0} vs {plain:.0} msg/s without, ratio {:.2}",
+            savepoints / plain
+        );
+        println!("instantiate (store + instance of billing.wasm) p50: {:.1} µs", instantiate_p50(&wasm).await);
+        println!("statement check (libpg_query), uncached: {:.1} µs per statement; verdicts are cached per SQL text", statement_check_cost());
+        println!("hot swap: compiling + checking + instantiating a new billing.wasm takes {:.0} ms (median of 5)", load_and_check_ms(&runtime).await);
     });
 }
 
@@ -95,32 +137,15 @@ fn runner(db: &TestDb, group: &str) -> Runner {
     )
 }
 
-/// Messages per second through `Runner::process` directly.
-async fn in_process<H: Handler>(runner: &Runner, handler: &H, messages: usize, tag: &str) -> f64 {
-    let started = Instant::now();
-    for i in 0..messages {
-        let outcome = runner
-            .process(&order(&format!("{tag}-{i}"), 1), handler)
-            .await;
-        assert_eq!(outcome, Outcome::Processed);
-    }
-    messages as f64 / started.elapsed().as_secs_f64()
-}
-
-/// Messages per second from the first delivery to the last (group join excluded),
-/// through the same pipeline the binary runs.
-async fn through_kafka<S: HandlerSource>(
-    db: &TestDb,
-    broker: &LocalBroker,
-    source: S,
-    messages: usize,
-) -> f64 {
+/// The release binary against a fresh topic holding `messages` orders, timed
+/// from the first invoice to the last (the group join is left out).
+async fn end_to_end(db: &TestDb, broker: &LocalBroker, mode: &Mode, messages: usize) -> Round {
     let topic = unique("bench");
-    broker.create_topic(&topic, 3).expect("topic");
-    let records: Vec<_> = (0..messages)
+    broker.create_topic(&topic, PARTITIONS).expect("topic");
+    let records: Vec<OutgoingRecord> = (0..messages)
         .map(|i| {
             let id = format!("{topic}-{i}");
-            kafka::OutgoingRecord {
+            OutgoingRecord {
                 topic: topic.clone(),
                 partition: None,
                 key: Some(id.clone().into_bytes()),
@@ -134,36 +159,176 @@ async fn through_kafka<S: HandlerSource>(
     kafka::produce(broker.bootstrap(), &records)
         .await
         .expect("produce");
-    let consumer = Consumer::join(&ConsumerSettings {
-        brokers: broker.bootstrap().to_string(),
-        group: topic.clone(),
-        topics: vec![topic.clone()],
-        id_sources: IdSources::default(),
-        extra: vec![],
-        revoke_grace: Duration::from_secs(10),
-    })
-    .expect("consumer");
-    let (pipeline, mut seen) = Pipeline::observed(consumer, runner(db, &topic), source);
-    let stop = StopWhen {
-        after_deliveries: Some(messages as u64),
-        caught_up: false,
-    };
-    let timing = tokio::spawn(async move {
-        let mut first = None;
-        let mut last = Instant::now();
-        while let Some(_delivery) = seen.recv().await {
-            first.get_or_insert_with(Instant::now);
-            last = Instant::now();
-        }
-        (first, last)
-    });
-    pipeline
-        .run(std::future::pending(), stop)
+    let plugin = plugin("billing");
+    let (batch_max, concurrency) = (mode.batch_max.to_string(), mode.concurrency.to_string());
+    let mut host = Host::spawn(
+        &[
+            "--plugin",
+            plugin.to_str().expect("utf-8"),
+            "--group",
+            &topic,
+            "--topic",
+            &topic,
+            "--batch-max",
+            &batch_max,
+            "--concurrency",
+            &concurrency,
+        ],
+        &[
+            ("KAFKA_BROKERS", broker.bootstrap()),
+            ("DATABASE_URL", &db.url),
+            ("RUST_LOG", "warn"),
+        ],
+    );
+    let handled = || async {
+        sqlx::query_scalar::<_, i64>(
+            "SELECT count(*) FROM inbox_host.inbox WHERE consumer_group = $1",
+        )
+        .bind(&topic)
+        .fetch_one(&db.pool)
         .await
-        .expect("pipeline");
-    let (first, last) = timing.await.expect("timing");
-    let first = first.expect("nothing delivered");
-    (messages - 1) as f64 / (last - first).as_secs_f64()
+        .expect("count") as usize
+    };
+    let deadline = Instant::now() + Duration::from_secs(600);
+    let (first_count, first, cpu_first) = loop {
+        let n = handled().await;
+        if n > 0 {
+            break (n, Instant::now(), cpu_seconds(host.pid()));
+        }
+        assert!(
+            Instant::now() < deadline && host.is_running(),
+            "no record handled:\n{}",
+            host.log()
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
+    while handled().await < messages {
+        assert!(
+            Instant::now() < deadline && host.is_running(),
+            "stalled:\n{}",
+            host.log()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let (last, cpu_last) = (Instant::now(), cpu_seconds(host.pid()));
+    let peak_rss_mb = peak_rss_mb(host.pid());
+    assert!(host.stop(), "{}", host.log());
+    let counted = (messages - first_count) as f64;
+    Round {
+        per_second: counted / (last - first).as_secs_f64(),
+        cpu_us_per_message: (cpu_last - cpu_first) * 1e6 / counted,
+        peak_rss_mb,
+    }
+}
+
+/// The runner alone, no Kafka: `PARTITIONS` tasks side by side (at most
+/// `concurrency` transactions at once), each taking its share of the records in
+/// batches of `batch_max`, as the partition workers do.
+async fn in_process<H: Handler + 'static>(
+    db: &TestDb,
+    handler: &H,
+    mode: &Mode,
+    messages: usize,
+    tag: &str,
+) -> f64 {
+    let runner = runner(db, tag);
+    let permits = tokio::sync::Semaphore::new(mode.concurrency);
+    let per_partition = messages / PARTITIONS as usize;
+    let started = Instant::now();
+    let lanes = (0..PARTITIONS).map(|p| {
+        let (runner, permits) = (&runner, &permits);
+        async move {
+            let orders: Vec<Message> = (0..per_partition)
+                .map(|i| order(&format!("{tag}-{p}-{i}"), 1))
+                .collect();
+            for chunk in orders.chunks(mode.batch_max) {
+                let _permit = permits.acquire().await.expect("permit");
+                let batch: Vec<&Message> = chunk.iter().collect();
+                let outcomes = runner.process_batch(&batch, handler).await;
+                assert!(
+                    outcomes.iter().all(|o| *o == Outcome::Processed),
+                    "{outcomes:?}"
+                );
+            }
+        }
+    });
+    futures_util::future::join_all(lanes).await;
+    (per_partition * PARTITIONS as usize) as f64 / started.elapsed().as_secs_f64()
+}
+
+/// Records per second of billing's INSERT in batches of 100 on 6 connections,
+/// without and with a savepoint around each record: what a batch would pay on
+/// every record to survive a failure without replaying the records before it.
+async fn savepoint_cost(db: &TestDb, messages: usize) -> (f64, f64) {
+    let mut rates = [0.0; 2];
+    for (n, with_savepoints) in [false, true].into_iter().enumerate() {
+        let started = Instant::now();
+        let lanes = (0..PARTITIONS).map(|p| async move {
+            for chunk in 0..messages / PARTITIONS as usize / 100 {
+                let mut tx = db.pool.begin().await.expect("begin");
+                for i in 0..100 {
+                    if with_savepoints {
+                        sqlx::query("SAVEPOINT record").execute(&mut *tx).await.expect("savepoint");
+                    }
+                    sqlx::query("INSERT INTO invoices (order_id, amount, message_id, marker) VALUES ($1, 1, $1, 'sp')")
+                        .bind(format!("sp{n}-{p}-{chunk}-{i}"))
+                        .execute(&mut *tx)
+                        .await
+                        .expect("insert");
+                    if with_savepoints {
+                        sqlx::query("RELEASE SAVEPOINT record").execute(&mut *tx).await.expect("release");
+                    }
+                }
+                tx.commit().await.expect("commit");
+            }
+        });
+        futures_util::future::join_all(lanes).await;
+        let total = messages / PARTITIONS as usize / 100 * 100 * PARTITIONS as usize;
+        rates[n] = total as f64 / started.elapsed().as_secs_f64();
+    }
+    (rates[0], rates[1])
+}
+
+/// Median µs to give one message a fresh store and instance.
+async fn instantiate_p50(plugin: &Plugin) -> f64 {
+    let mut times = Vec::new();
+    for _ in 0..501 {
+        let started = Instant::now();
+        plugin.check_instantiation().await.expect("instantiates");
+        times.push(started.elapsed().as_secs_f64() * 1e6);
+    }
+    median(&times)
+}
+
+/// CPU seconds (user + system) the process has used so far.
+fn cpu_seconds(pid: i32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command name, which is in parentheses and may hold spaces.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| rest)
+        .unwrap_or("")
+        .split_whitespace()
+        .collect();
+    let ticks: f64 = fields
+        .get(11)
+        .and_then(|u| u.parse::<f64>().ok())
+        .unwrap_or(0.0)
+        + fields
+            .get(12)
+            .and_then(|s| s.parse::<f64>().ok())
+            .unwrap_or(0.0);
+    ticks / 100.0
+}
+
+/// The process's peak resident memory, in MB.
+fn peak_rss_mb(pid: i32) -> f64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        .map_or(0.0, |kb| kb / 1024.0)
 }
 
 /// Median µs of one uncached statement check of billing's INSERT.
@@ -197,14 +362,4 @@ fn median(values: &[f64]) -> f64 {
     let mut v = values.to_vec();
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
-}
-
-fn row(path: &str, wasm: &[f64], native: &[f64]) -> String {
-    let (w, n) = (median(wasm), median(native));
-    let cost_us = (1.0 / w - 1.0 / n) * 1e6;
-    format!(
-        "{path:<24} {w:>16.0} {n:>14.0} {:>13.2} {:>13.0} µs",
-        w / n,
-        cost_us
-    )
 }

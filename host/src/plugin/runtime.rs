@@ -44,7 +44,8 @@ impl Handler for Plugin {
                 e.message,
             )),
             Err(trap) => Err(classify(&trap, &state)),
-        };
+        }
+        .map_err(|error| blame_refusal(error, &state));
         let tx = state
             .tx
             .expect("the store owns the transaction until the call ends");
@@ -161,6 +162,22 @@ fn classify(error: &wasmtime::Error, state: &GuestState) -> HandlerError {
             HandlerError::new(FailureKind::Panic, false, format!("guest panicked: {last}"))
         }
         _ => HandlerError::new(FailureKind::Trap, false, format!("guest trapped: {detail}")),
+    }
+}
+
+/// A handler that failed or panicked after the host refused one of its
+/// statements failed because of the refusal: `db-rule`, which waiting cannot fix.
+fn blame_refusal(error: HandlerError, state: &GuestState) -> HandlerError {
+    match (&state.refused_statement, error.kind) {
+        (Some(refused), FailureKind::HandlerError | FailureKind::Panic) => HandlerError::new(
+            FailureKind::DbRule,
+            false,
+            format!(
+                "{} (after the host refused a statement: {} {})",
+                error.message, refused.code, refused.message
+            ),
+        ),
+        _ => error,
     }
 }
 

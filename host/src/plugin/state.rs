@@ -22,7 +22,8 @@ pub(crate) struct GuestState {
     /// calls: the CPU deadline counts only the difference.
     pub started: Instant,
     pub waited: Duration,
-    /// The first statement the host refused (it was not sent).
+    /// The first statement the host refused (it was not sent): a failure after it
+    /// is classified `db-rule`.
     pub refused_statement: Option<DbError>,
     pub statements: Arc<CheckedStatements>,
     pub memory: MemoryCap,
