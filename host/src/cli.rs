@@ -133,6 +133,18 @@ pub struct RunArgs {
     /// PostgreSQL connections the host keeps.
     #[arg(long, env = "INBOX_DB_POOL_SIZE", default_value_t = 8)]
     pub db_pool_size: u32,
+    /// How long one attempt to reach PostgreSQL may take, in seconds. The host
+    /// keeps trying while the database is down.
+    #[arg(long = "connect-timeout", env = "INBOX_CONNECT_TIMEOUT", default_value_t = 10)]
+    pub connect_timeout_secs: u64,
+    /// Apply the host's migrations at start (`INBOX_MIGRATE=false` or
+    /// `--no-migrate` for a login without DDL rights: run `inbox-host migrate`
+    /// as an administrator instead; the host then checks the rights it needs).
+    #[arg(long, env = "INBOX_MIGRATE", default_value_t = true, action = clap::ArgAction::Set)]
+    pub migrate: bool,
+    /// The same as `--migrate false`.
+    #[arg(long)]
+    pub no_migrate: bool,
     /// First retry delay after a failure, in milliseconds (doubles each time).
     #[arg(long, env = "INBOX_RETRY_INITIAL_MS", default_value_t = 200)]
     pub retry_initial_ms: u64,

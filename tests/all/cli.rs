@@ -1,6 +1,8 @@
 //! What a new user sees from the command line.
 
-use inbox_host_tests::host;
+use std::time::Duration;
+
+use inbox_host_tests::{host, plugin, wait_until};
 
 fn stderr_of(args: &[&str], env: &[(&str, &str)]) -> String {
     let out = host::run(args, env);
@@ -54,20 +56,62 @@ fn a_malformed_kafka_option_is_refused_with_an_example() {
     assert!(stderr.contains("is not key=value"), "{stderr}");
 }
 
-#[test]
-fn an_unreachable_database_is_named_without_its_password() {
-    let stderr = stderr_of(
-        &["--plugin", "b.wasm", "--group", "g"],
+#[tokio::test(flavor = "multi_thread")]
+async fn an_unreachable_database_is_named_with_its_cause_without_its_password_and_waited_for() {
+    let billing = plugin("billing");
+    let mut host = host::Host::spawn(
+        &["--plugin", billing.to_str().expect("utf-8"), "--group", "g", "--connect-timeout", "2"],
         &[
             ("INBOX_TOPIC", "orders"),
             ("DATABASE_URL", "postgres://app:s3cret@127.0.0.1:1/app"),
         ],
     );
-    assert!(
-        stderr.contains("cannot connect to PostgreSQL at postgres://app@127.0.0.1:1/app"),
-        "{stderr}"
+    wait_until("the host says why it cannot connect", Duration::from_secs(60), || async {
+        host.log().contains("cannot connect to PostgreSQL at postgres://app@127.0.0.1:1/app")
+    })
+    .await;
+    let log = host.log();
+    assert!(log.to_lowercase().contains("connection refused"), "{log}");
+    assert!(!log.contains("s3cret"), "{log}");
+    assert!(host.is_running(), "the host gave up on a database that is only down:\n{log}");
+    assert!(host.stop(), "SIGTERM while waiting for the database must exit 0:\n{}", host.log());
+}
+
+#[test]
+fn every_local_problem_is_reported_at_once_before_any_connection() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let not_wasm = dir.path().join("handler.wasm");
+    std::fs::write(&not_wasm, "this is not wasm").expect("write");
+    let stderr = stderr_of(
+        &[
+            "--plugin",
+            not_wasm.to_str().expect("utf-8"),
+            "--group",
+            "g",
+            "--status-addr",
+            "256.0.0.1:9464",
+            "--kafka-opt",
+            "no.such.property=1",
+        ],
+        &[
+            ("INBOX_TOPIC", "orders"),
+            ("DATABASE_URL", "postgres://app@127.0.0.1:1/app"),
+        ],
     );
-    assert!(!stderr.contains("s3cret"), "{stderr}");
+    assert!(stderr.contains("is not a WebAssembly file"), "{stderr}");
+    assert!(stderr.contains("cannot listen on --status-addr 256.0.0.1:9464"), "{stderr}");
+    assert!(stderr.contains("no.such.property"), "{stderr}");
+    assert!(!stderr.contains("PostgreSQL"), "it tried the database before reporting: {stderr}");
+}
+
+#[test]
+fn properties_the_host_owns_cannot_be_set_with_kafka_opt() {
+    let stderr = stderr_of(
+        &["--plugin", "b.wasm", "--group", "g", "--kafka-opt", "group.id=other", "--kafka-opt", "enable.auto.commit=true"],
+        &[("INBOX_TOPIC", "orders"), ("DATABASE_URL", "postgres://x@127.0.0.1:1/x")],
+    );
+    assert!(stderr.contains("--kafka-opt cannot set group.id (use --group)"), "{stderr}");
+    assert!(stderr.contains("enable.auto.commit"), "{stderr}");
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -1,6 +1,7 @@
 //! The composition root: the only module that knows Kafka, the inbox runner and
 //! the plugin runtime together.
 
+mod database;
 mod decide;
 mod dev;
 mod lab;
@@ -14,8 +15,8 @@ mod worker;
 use std::future::Future;
 
 use anyhow::Context;
-use sqlx::postgres::PgPool;
 
+pub(crate) use database::connect;
 pub use decide::{decide, Backoff, RetryPolicy, Step};
 pub use dev::dev;
 pub use lab::{lab, LabRow};
@@ -29,15 +30,21 @@ use crate::kafka::Consumer;
 use crate::plugin::{Plugin, PluginCell, Runtime, Watcher};
 
 /// Runs `inbox-host` with a plugin until `shutdown` resolves.
+///
+/// Every local check comes first (the plugin compiled and instantiated, the
+/// status address bound, the Kafka configuration built), all problems reported
+/// together; then the database, which the host waits for while it is down.
 pub async fn run(settings: RunSettings, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
-    let pool = connect(&settings.database_url, settings.db_pool_size).await?;
-    inbox::migrate(&pool).await.context("applying migrations")?;
-    if let Some(role) = &settings.runner.guest_role {
-        inbox::ensure_guest_role(&pool, role).await?;
-    }
-
-    let runtime = Runtime::new(settings.sandbox.clone())?;
-    let plugin = load_plugin(&runtime, &settings.plugin).await?;
+    tokio::pin!(shutdown);
+    let local = preflight(&settings).await?;
+    let pool = tokio::select! {
+        pool = database::ready(&settings) => pool?,
+        () = &mut shutdown => {
+            tracing::info!("stopped before the database was reachable");
+            return Ok(());
+        }
+    };
+    let Preflight { runtime, plugin, status } = local;
     tracing::info!(
         plugin = %settings.plugin.display(),
         digest = plugin.digest(),
@@ -49,10 +56,7 @@ pub async fn run(settings: RunSettings, shutdown: impl Future<Output = ()>) -> a
     let cell = PluginCell::new(plugin);
     let _reloads = spawn_hot_swap(&settings.plugin, &runtime, &cell)?;
     let metrics = std::sync::Arc::new(Metrics::default());
-    if let Some(addr) = &settings.status_addr {
-        let listener = tokio::net::TcpListener::bind(addr)
-            .await
-            .with_context(|| format!("cannot listen on --status-addr {addr}"))?;
+    if let Some(listener) = status {
         tracing::info!(addr = %listener.local_addr()?, "serving /metrics and /health");
         tokio::spawn(status::serve(listener, metrics.clone(), cell.clone()));
     }
@@ -89,6 +93,42 @@ pub async fn run(settings: RunSettings, shutdown: impl Future<Output = ()>) -> a
     pipeline.run(shutdown, StopWhen::default()).await?;
     tracing::info!("stopped: batches in flight finished, stored offsets committed, group left");
     Ok(())
+}
+
+/// What the local checks produced.
+struct Preflight {
+    runtime: Runtime,
+    plugin: Plugin,
+    status: Option<tokio::net::TcpListener>,
+}
+
+/// The checks that need no connection, all of them, with every problem in one
+/// error.
+async fn preflight(settings: &RunSettings) -> anyhow::Result<Preflight> {
+    let mut problems = Vec::new();
+    let runtime = Runtime::new(settings.sandbox.clone())?;
+    let plugin = load_plugin(&runtime, &settings.plugin)
+        .await
+        .map_err(|e| problems.push(format!("{e:#}")))
+        .ok();
+    let status = match &settings.status_addr {
+        Some(addr) => tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(|e| problems.push(format!("cannot listen on --status-addr {addr}: {e}")))
+            .ok(),
+        None => None,
+    };
+    if let Err(e) = crate::kafka::check_config(&settings.consumer) {
+        problems.push(format!("the Kafka configuration (--kafka-opt) is invalid: {e}"));
+    }
+    match plugin {
+        Some(plugin) if problems.is_empty() => Ok(Preflight {
+            runtime,
+            plugin,
+            status,
+        }),
+        _ => anyhow::bail!("{}", problems.join("\n  ")),
+    }
 }
 
 /// Watches the plugin file and SIGHUP; returns the handle that keeps it running.
@@ -129,40 +169,4 @@ pub async fn load_plugin(runtime: &Runtime, path: &std::path::Path) -> anyhow::R
     let plugin = tokio::task::spawn_blocking(move || Plugin::load(&runtime, &owned)).await??;
     plugin.check_instantiation().await?;
     Ok(plugin)
-}
-
-pub(crate) async fn connect(url: &str, connections: u32) -> anyhow::Result<PgPool> {
-    inbox::pool_options(connections)
-        .connect(url)
-        .await
-        .with_context(|| {
-            format!(
-                "cannot connect to PostgreSQL at {}: check --database-url / DATABASE_URL",
-                redact(url)
-            )
-        })
-}
-
-/// The URL without its password, for messages.
-fn redact(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme), Some(at)) if at > scheme => {
-            let userinfo = &url[scheme + 3..at];
-            let user = userinfo.split(':').next().unwrap_or_default();
-            format!("{}{user}{}", &url[..scheme + 3], &url[at..])
-        }
-        _ => url.to_string(),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn a_database_url_is_shown_without_its_password() {
-        assert_eq!(
-            super::redact("postgres://app:s3cret@db:5432/app"),
-            "postgres://app@db:5432/app"
-        );
-        assert_eq!(super::redact("postgres://db/app"), "postgres://db/app");
-    }
 }

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::{bail, Context};
+use anyhow::bail;
 
 use crate::cli::{CommitOnArg, RunArgs, StrategyArg};
 use crate::inbox::{CommitOn, RunnerSettings, Strategy};
@@ -29,29 +29,46 @@ pub struct RunSettings {
     pub status_addr: Option<String>,
     /// PostgreSQL connections the host keeps.
     pub db_pool_size: u32,
+    /// How long one attempt to reach PostgreSQL may take.
+    pub connect_timeout: Duration,
+    /// Apply the host's migrations at start (else check they were applied and
+    /// that the login has the rights it needs).
+    pub migrate: bool,
     /// How long inbox rows are kept; `None` keeps them forever.
     pub inbox_retention: Option<Duration>,
 }
 
 impl RunSettings {
+    /// Checks every flag; all problems are reported together, each saying what
+    /// to pass instead.
     pub fn from_args(args: RunArgs) -> anyhow::Result<Self> {
-        let Some(plugin) = args.plugin else {
-            bail!("no plugin given: pass --plugin path/to/handler.wasm or set INBOX_PLUGIN");
-        };
-        let Some(group) = args.group.filter(|g| !g.trim().is_empty()) else {
-            bail!("no consumer group given: pass --group <name> or set INBOX_GROUP");
-        };
+        let mut problems = Vec::new();
+        let plugin = args.plugin.clone().unwrap_or_default();
+        if args.plugin.is_none() {
+            problems.push("no plugin given: pass --plugin path/to/handler.wasm or set INBOX_PLUGIN".to_string());
+        } else if !plugin.is_file() {
+            problems.push(format!(
+                "the plugin {} does not exist or is not a file: check --plugin / INBOX_PLUGIN",
+                plugin.display()
+            ));
+        }
+        let group = args.group.clone().filter(|g| !g.trim().is_empty()).unwrap_or_default();
+        if group.is_empty() {
+            problems.push("no consumer group given: pass --group <name> or set INBOX_GROUP".to_string());
+        }
         let topics: Vec<String> = args
             .topics
-            .into_iter()
+            .iter()
             .filter(|t| !t.trim().is_empty())
+            .cloned()
             .collect();
         if topics.is_empty() {
-            bail!("no topic to consume: pass --topic <name> (repeatable) or set INBOX_TOPIC=a,b");
+            problems.push("no topic to consume: pass --topic <name> (repeatable) or set INBOX_TOPIC=a,b".to_string());
         }
-        let Some(database_url) = args.database.database_url else {
-            bail!("DATABASE_URL is not set: pass --database-url postgres://... or export DATABASE_URL");
-        };
+        let database_url = args.database.database_url.clone().unwrap_or_default();
+        if args.database.database_url.is_none() {
+            problems.push("DATABASE_URL is not set: pass --database-url postgres://... or export DATABASE_URL".to_string());
+        }
         let strategy = match (args.strategy, args.commit_on) {
             (StrategyArg::AtMostOnce, _) => Strategy::AtMostOnce,
             (StrategyArg::AtLeastOnce, CommitOnArg::OnPersist) => {
@@ -62,39 +79,46 @@ impl RunSettings {
             }
             (StrategyArg::ExactlyOnceInbox, _) => Strategy::ExactlyOnceInbox,
         };
-        let extra = args
-            .kafka_opts
-            .iter()
-            .filter(|o| !o.trim().is_empty())
-            .map(|o| {
-                o.split_once('=')
-                    .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
-                    .with_context(|| format!("--kafka-opt `{o}` is not key=value (e.g. --kafka-opt security.protocol=ssl)"))
-            })
-            .collect::<anyhow::Result<Vec<_>>>()?;
-        kafka::check_extra(&extra).map_err(anyhow::Error::msg)?;
-        let id_sources: IdSources = args
-            .message_id
-            .parse()
-            .map_err(|e: String| anyhow::anyhow!("--message-id: {e}"))?;
-        let worker_id = args.worker_id.unwrap_or_else(default_worker_id);
-        if args
-            .inbox_retention_days
-            .is_some_and(|d| !d.is_finite() || d <= 0.0)
-        {
-            bail!("--inbox-retention-days must be a positive number of days");
+        let mut extra = Vec::new();
+        for option in args.kafka_opts.iter().filter(|o| !o.trim().is_empty()) {
+            match option.split_once('=') {
+                Some((k, v)) => extra.push((k.trim().to_string(), v.trim().to_string())),
+                None => problems.push(format!(
+                    "--kafka-opt `{option}` is not key=value (e.g. --kafka-opt security.protocol=ssl)"
+                )),
+            }
         }
-        if args.retry_initial_ms == 0 || args.retry_max_ms < args.retry_initial_ms {
-            bail!("--retry-initial-ms must be > 0 and <= --retry-max-ms");
+        if let Err(refused) = kafka::check_extra(&extra) {
+            problems.push(refused);
         }
-        if args.batch_max == 0 {
-            bail!("--batch-max must be at least 1 (1 handles each record in its own transaction)");
-        }
-        if args.db_pool_size == 0 || args.concurrency == Some(0) {
-            bail!("--db-pool-size and --concurrency must be at least 1");
-        }
-        if args.max_fatal_attempts == 0 {
-            bail!("--max-fatal-attempts must be at least 1");
+        let id_sources: IdSources = args.message_id.parse().unwrap_or_else(|e: String| {
+            problems.push(format!("--message-id: {e}"));
+            IdSources::default()
+        });
+        let worker_id = args.worker_id.clone().unwrap_or_else(default_worker_id);
+        let checks = [
+            (
+                args.inbox_retention_days.is_some_and(|d| !d.is_finite() || d <= 0.0),
+                "--inbox-retention-days must be a positive number of days",
+            ),
+            (
+                args.retry_initial_ms == 0 || args.retry_max_ms < args.retry_initial_ms,
+                "--retry-initial-ms must be > 0 and <= --retry-max-ms",
+            ),
+            (
+                args.batch_max == 0,
+                "--batch-max must be at least 1 (1 handles each record in its own transaction)",
+            ),
+            (
+                args.db_pool_size == 0 || args.concurrency == Some(0),
+                "--db-pool-size and --concurrency must be at least 1",
+            ),
+            (args.max_fatal_attempts == 0, "--max-fatal-attempts must be at least 1"),
+            (args.connect_timeout_secs == 0, "--connect-timeout must be at least 1 second"),
+        ];
+        problems.extend(checks.iter().filter(|(bad, _)| *bad).map(|(_, why)| why.to_string()));
+        if !problems.is_empty() {
+            bail!("{}", problems.join("\n  "));
         }
         Ok(Self {
             plugin,
@@ -136,6 +160,8 @@ impl RunSettings {
             },
             status_addr: args.status_addr.filter(|a| !a.trim().is_empty()),
             db_pool_size: args.db_pool_size,
+            connect_timeout: Duration::from_secs(args.connect_timeout_secs),
+            migrate: args.migrate && !args.no_migrate,
             inbox_retention: args
                 .inbox_retention_days
                 .map(|days| Duration::from_secs_f64(days.max(0.0) * 86_400.0)),

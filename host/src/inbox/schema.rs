@@ -2,7 +2,7 @@ use sqlx::migrate::{MigrateError, Migrator};
 use sqlx::{PgConnection, PgPool};
 
 /// The host's migrations (`migrations/`).
-static MIGRATOR: Migrator = sqlx::migrate!("../migrations");
+pub(super) static MIGRATOR: Migrator = sqlx::migrate!("../migrations");
 
 /// Applies the host's migrations: the inbox, dead-letter and attempts tables in
 /// the schema `inbox_host`, with sqlx's bookkeeping table beside them

@@ -69,6 +69,13 @@ pub fn check_extra(extra: &[(String, String)]) -> Result<(), String> {
     }
 }
 
+/// Builds the member's librdkafka configuration without connecting: an unknown
+/// property or a bad value is reported here, before any network traffic.
+pub fn check_config(settings: &ConsumerSettings) -> KafkaResult<()> {
+    client_config(settings).create_native_config()?;
+    Ok(())
+}
+
 /// The librdkafka configuration of a group member.
 pub fn client_config(settings: &ConsumerSettings) -> ClientConfig {
     let mut config = ClientConfig::new();
