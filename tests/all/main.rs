@@ -6,6 +6,7 @@ mod hot_swap;
 mod inbox_core;
 mod kafka_runner;
 mod migrations;
+mod outages;
 mod plugin_loading;
 mod sandbox;
 mod security;

@@ -58,7 +58,9 @@ impl TestDb {
                 (Some(pg), url)
             }
         };
+        // Pinged before use: tests stop and restart the server under it.
         let pool = inbox::pool_options(8)
+            .test_before_acquire(true)
             .connect(&url)
             .await
             .expect("connecting");
@@ -79,6 +81,11 @@ impl TestDb {
             .fetch_one(&self.pool)
             .await
             .expect(sql)
+    }
+
+    /// The throwaway cluster behind this database (`None` on `DATABASE_URL`).
+    pub fn cluster(&self) -> Option<&TempPostgres> {
+        self._cluster.as_ref()
     }
 
     pub async fn execute(&self, sql: &str) {

@@ -13,6 +13,11 @@ enum Request {
         partitions: i32,
         reply: mpsc::Sender<anyhow::Result<()>>,
     },
+    /// Take the broker down (connections cut, new ones refused) or back up.
+    SetDown {
+        down: bool,
+        reply: mpsc::Sender<anyhow::Result<()>>,
+    },
 }
 
 /// librdkafka's mock cluster (a Kafka-protocol broker on loopback) on a thread of
@@ -52,6 +57,14 @@ impl LocalBroker {
                                 .with_context(|| format!("creating topic {name}"));
                             let _ = reply.send(created);
                         }
+                        Request::SetDown { down, reply } => {
+                            let set = if down {
+                                cluster.broker_down(1)
+                            } else {
+                                cluster.broker_up(1)
+                            };
+                            let _ = reply.send(set.context("changing the broker's state"));
+                        }
                     }
                 }
             })?;
@@ -71,15 +84,29 @@ impl LocalBroker {
     }
 
     pub fn create_topic(&self, name: &str, partitions: i32) -> anyhow::Result<()> {
+        let name = name.to_string();
+        self.ask(|reply| Request::CreateTopic {
+            name,
+            partitions,
+            reply,
+        })
+    }
+
+    /// Takes the broker down (`true`: connections cut and refused) or back up:
+    /// an outage, for tests.
+    pub fn set_down(&self, down: bool) -> anyhow::Result<()> {
+        self.ask(|reply| Request::SetDown { down, reply })
+    }
+
+    fn ask(
+        &self,
+        request: impl FnOnce(mpsc::Sender<anyhow::Result<()>>) -> Request,
+    ) -> anyhow::Result<()> {
         let (reply, answer) = mpsc::channel();
         self.requests
             .as_ref()
             .context("local broker stopped")?
-            .send(Request::CreateTopic {
-                name: name.to_string(),
-                partitions,
-                reply,
-            })
+            .send(request(reply))
             .ok()
             .context("local broker stopped")?;
         answer.recv().context("local broker stopped")?

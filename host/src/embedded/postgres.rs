@@ -19,10 +19,16 @@ pub struct TempPostgres {
     dir: tempfile::TempDir,
     bin: PathBuf,
     port: u16,
+    options: String,
 }
 
 impl TempPostgres {
     pub fn start(durability: Durability) -> anyhow::Result<Self> {
+        Self::start_with(durability, "")
+    }
+
+    /// [`TempPostgres::start`] with extra server options (`-c name=value ...`).
+    pub fn start_with(durability: Durability, extra_options: &str) -> anyhow::Result<Self> {
         let bin = server_bin_dir()?;
         let dir = tempfile::Builder::new().prefix("inbox-pg-").tempdir()?;
         let data = dir.path().join("data");
@@ -54,17 +60,48 @@ impl TempPostgres {
         if durability == Durability::Throwaway {
             options.push_str(" -c fsync=off -c full_page_writes=off");
         }
+        options.push(' ');
+        options.push_str(extra_options);
+        let cluster = Self {
+            dir,
+            bin,
+            port,
+            options,
+        };
+        cluster.resume()?;
+        Ok(cluster)
+    }
+
+    /// Stops the server (fast shutdown: sessions are cut); [`TempPostgres::resume`]
+    /// starts it again with its data.
+    pub fn stop(&self) -> anyhow::Result<()> {
         run(
-            as_root,
-            Command::new(bin.join("pg_ctl"))
+            is_root(),
+            Command::new(self.bin.join("pg_ctl"))
+                .args(["-w", "-m", "fast", "-D"])
+                .arg(self.dir.path().join("data"))
+                .arg("stop"),
+        )
+        .context("pg_ctl stop failed")
+    }
+
+    /// Starts the server on its port and data directory.
+    pub fn resume(&self) -> anyhow::Result<()> {
+        run(
+            is_root(),
+            Command::new(self.bin.join("pg_ctl"))
                 .args(["-w", "-t", "60", "-l"])
-                .arg(dir.path().join("server.log"))
-                .args(["-o", &options, "-D"])
-                .arg(&data)
+                .arg(self.dir.path().join("server.log"))
+                .args(["-o", &self.options, "-D"])
+                .arg(self.dir.path().join("data"))
                 .arg("start"),
         )
-        .context("pg_ctl start failed")?;
-        Ok(Self { dir, bin, port })
+        .context("pg_ctl start failed")
+    }
+
+    /// The cluster's directory (its data is in `data/`).
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
     }
 
     /// A URL for the `postgres` superuser's `postgres` database.
