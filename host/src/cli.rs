@@ -181,11 +181,14 @@ pub struct RunArgs {
 
 #[derive(Debug, Clone, Args)]
 pub struct LabArgs {
-    /// Use this broker instead of starting a local one.
-    #[arg(long, env = "KAFKA_BROKERS")]
+    /// Use this broker instead of starting a local one (only when given here:
+    /// the lab never picks up KAFKA_BROKERS from the environment).
+    #[arg(long)]
     pub brokers: Option<String>,
-    /// Use this database instead of starting a throwaway cluster.
-    #[arg(long, env = "DATABASE_URL")]
+    /// Use this database instead of starting a throwaway cluster (only when
+    /// given here: the lab never picks up DATABASE_URL from the environment). It
+    /// gets the host's schema and the example tables, as `migrate` and the demo do.
+    #[arg(long)]
     pub database_url: Option<String>,
 }
 

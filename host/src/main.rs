@@ -1,6 +1,6 @@
 use std::process::ExitCode;
 
-use clap::Parser;
+use clap::{CommandFactory, FromArgMatches};
 use inbox_host::app::{self, RunSettings};
 use inbox_host::cli::{Cli, Command};
 use inbox_host::telemetry;
@@ -8,7 +8,10 @@ use inbox_host::telemetry;
 #[tokio::main]
 async fn main() -> ExitCode {
     telemetry::init();
-    let cli = Cli::parse();
+    let cli = match Cli::from_arg_matches(&Cli::command().version(version()).get_matches()) {
+        Ok(cli) => cli,
+        Err(e) => e.exit(),
+    };
     let result = match cli.command.unwrap_or(Command::Run(cli.run)) {
         Command::Run(args) => match RunSettings::from_args(args) {
             Ok(settings) => app::run(settings, shutdown_signal()).await,
@@ -34,7 +37,8 @@ async fn main() -> ExitCode {
                 println!("{row}");
             }
         }),
-        Command::Dev(args) => app::dev(args, shutdown_signal()).await,
+        // Closing the terminal (SIGHUP) ends `dev` too, so its PostgreSQL goes with it.
+        Command::Dev(args) => app::dev(args, shutdown_or_hangup()).await,
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -43,6 +47,18 @@ async fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// `0.2.0 (commit 1a2b3c4d5e6f, wasmtime 48.0.8, librdkafka 2.12.1)`.
+fn version() -> &'static str {
+    let (_, librdkafka) = rdkafka::util::get_rdkafka_version();
+    let text = format!(
+        "{} (commit {}, wasmtime {}, librdkafka {librdkafka})",
+        env!("CARGO_PKG_VERSION"),
+        env!("INBOX_HOST_COMMIT"),
+        env!("INBOX_HOST_WASMTIME"),
+    );
+    Box::leak(text.into_boxed_str())
 }
 
 /// The error and its causes, leaving out a cause whose text the previous one
@@ -58,6 +74,16 @@ fn without_repeats(error: &anyhow::Error) -> String {
         }
     }
     message
+}
+
+/// Resolves on SIGINT, SIGTERM or SIGHUP.
+async fn shutdown_or_hangup() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut hangup = signal(SignalKind::hangup()).expect("installing the SIGHUP handler");
+    tokio::select! {
+        () = shutdown_signal() => {}
+        _ = hangup.recv() => {}
+    }
 }
 
 /// Resolves on SIGINT or SIGTERM.

@@ -57,7 +57,7 @@ fn a_malformed_kafka_option_is_refused_with_an_example() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn an_unreachable_database_is_named_with_its_cause_without_its_password_and_waited_for() {
+async fn an_unreachable_database_is_named_with_its_cause_without_its_password_and_waited_for_and_sighup_does_not_kill_a_starting_host() {
     let billing = plugin("billing");
     let mut host = host::Host::spawn(
         &["--plugin", billing.to_str().expect("utf-8"), "--group", "g", "--connect-timeout", "2"],
@@ -74,7 +74,9 @@ async fn an_unreachable_database_is_named_with_its_cause_without_its_password_an
     assert!(log.to_lowercase().contains("connection refused"), "{log}");
     assert!(!log.contains("s3cret"), "{log}");
     assert!(host.is_running(), "the host gave up on a database that is only down:\n{log}");
-    assert!(host.stop(), "SIGTERM while waiting for the database must exit 0:\n{}", host.log());
+    // A SIGHUP while starting is a reload request for later, not the end.
+    host.hangup();
+    assert!(host.stop(), "SIGHUP then SIGTERM while waiting for the database must exit 0:\n{}", host.log());
 }
 
 #[test]
@@ -130,4 +132,15 @@ async fn migrate_applies_the_schema_and_says_so() {
     );
     assert!(String::from_utf8_lossy(&out.stdout).contains("migrations applied"));
     assert_eq!(db.count("SELECT count(*) FROM inbox_host.inbox").await, 0);
+}
+
+#[test]
+fn the_version_names_the_commit_wasmtime_and_librdkafka() {
+    let out = host::run(&["--version"], &[]);
+    assert!(out.status.success());
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.starts_with("inbox-host "), "{stdout}");
+    assert!(stdout.contains("commit "), "{stdout}");
+    assert!(stdout.contains("wasmtime 48."), "{stdout}");
+    assert!(stdout.contains("librdkafka 2."), "{stdout}");
 }

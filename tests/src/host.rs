@@ -83,6 +83,13 @@ impl Host {
         let _ = self.child.wait();
     }
 
+    /// SIGHUP (a reload request, or a terminal closing).
+    pub fn hangup(&self) {
+        let _ = Command::new("kill")
+            .args(["-HUP", &self.pid().to_string()])
+            .status();
+    }
+
     /// SIGTERM and wait for a clean exit; returns whether it exited successfully.
     pub fn stop(&mut self) -> bool {
         let _ = Command::new("kill")

@@ -39,13 +39,14 @@ pub async fn dev(args: DevArgs, shutdown: impl Future<Output = ()>) -> anyhow::R
         .await?;
     }
 
+    // `export` lines: paste them into a shell, or source the --env-file.
     let mut env = format!(
-        "KAFKA_BROKERS={}\nINBOX_TOPIC={}\n",
+        "export KAFKA_BROKERS={}\nexport INBOX_TOPIC={}\n",
         broker.bootstrap(),
         args.topics.join(",")
     );
     if let Some(pg) = &postgres {
-        writeln!(env, "DATABASE_URL={}", pg.url())?;
+        writeln!(env, "export DATABASE_URL={}", pg.url())?;
     }
     print!("{env}");
     if let Some(path) = &args.env_file {
@@ -54,7 +55,7 @@ pub async fn dev(args: DevArgs, shutdown: impl Future<Output = ()>) -> anyhow::R
         std::fs::write(&partial, &env)?;
         std::fs::rename(&partial, path)?;
     }
-    eprintln!("local broker and database are up; Ctrl-C stops and deletes them");
+    eprintln!("local broker and database are up; Ctrl-C, SIGTERM or closing the terminal stops and deletes them");
     shutdown.await;
     Ok(())
 }

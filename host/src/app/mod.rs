@@ -36,6 +36,10 @@ use crate::plugin::{Plugin, PluginCell, Runtime, Watcher};
 /// together; then the database, which the host waits for while it is down.
 pub async fn run(settings: RunSettings, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
     tokio::pin!(shutdown);
+    // Installed first: a SIGHUP while starting asks for a reload once running
+    // (the plugin is read when it starts anyway), never ends the process.
+    let hangups = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+        .context("installing the SIGHUP handler")?;
     let local = preflight(&settings).await?;
     let pool = tokio::select! {
         pool = database::ready(&settings) => pool?,
@@ -54,7 +58,7 @@ pub async fn run(settings: RunSettings, shutdown: impl Future<Output = ()>) -> a
         "plugin loaded; joining the consumer group"
     );
     let cell = PluginCell::new(plugin);
-    let _reloads = spawn_hot_swap(&settings.plugin, &runtime, &cell)?;
+    let _reloads = spawn_hot_swap(&settings.plugin, &runtime, &cell, hangups);
     let metrics = std::sync::Arc::new(Metrics::default());
     if let Some(listener) = status {
         tracing::info!(addr = %listener.local_addr()?, "serving /metrics and /health");
@@ -136,17 +140,16 @@ fn spawn_hot_swap(
     path: &std::path::Path,
     runtime: &Runtime,
     cell: &PluginCell,
-) -> anyhow::Result<tokio::task::JoinHandle<()>> {
-    use tokio::signal::unix::{signal, SignalKind};
+    mut hangups: tokio::signal::unix::Signal,
+) -> tokio::task::JoinHandle<()> {
     let (reload_tx, reload_rx) = tokio::sync::mpsc::channel(1);
-    let mut hangups = signal(SignalKind::hangup()).context("installing the SIGHUP handler")?;
     tokio::spawn(async move {
         while hangups.recv().await.is_some() {
             let _ = reload_tx.try_send(());
         }
     });
     let watcher = Watcher::new(path, runtime.clone(), cell.clone());
-    Ok(tokio::spawn(watcher.run(reload_rx)))
+    tokio::spawn(watcher.run(reload_rx))
 }
 
 /// Applies the host's migrations.

@@ -50,6 +50,8 @@ pub struct Watcher {
     path: PathBuf,
     runtime: Runtime,
     cell: PluginCell,
+    /// The digest of the last version rejected: not loaded (nor reported) again.
+    rejected: Option<String>,
 }
 
 impl Watcher {
@@ -58,12 +60,13 @@ impl Watcher {
             path: path.to_path_buf(),
             runtime,
             cell,
+            rejected: None,
         }
     }
 
     /// Runs until `reload` closes. File events and reload requests both end in
     /// [`Watcher::reload_if_changed`].
-    pub async fn run(self, mut reload: mpsc::Receiver<()>) {
+    pub async fn run(mut self, mut reload: mpsc::Receiver<()>) {
         let (events_tx, mut events) = mpsc::unbounded_channel();
         let dir = self
             .path
@@ -71,8 +74,10 @@ impl Watcher {
             .filter(|d| !d.as_os_str().is_empty())
             .unwrap_or(Path::new("."))
             .to_path_buf();
-        let _watcher = match notify::recommended_watcher(move |_event| {
-            let _ = events_tx.send(());
+        let _watcher = match notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
+            if event.is_ok_and(|e| changes_content(&e.kind)) {
+                let _ = events_tx.send(());
+            }
         })
         .and_then(|mut w| w.watch(&dir, RecursiveMode::NonRecursive).map(|()| w))
         {
@@ -99,15 +104,17 @@ impl Watcher {
         }
     }
 
-    /// Loads the file if its digest differs from the active version's.
-    pub async fn reload_if_changed(&self) {
+    /// Loads the file if its digest differs from the active version's (and
+    /// from the last version rejected, which is reported once).
+    pub async fn reload_if_changed(&mut self) {
         let path = self.path.clone();
         let Ok(Ok(bytes)) = tokio::task::spawn_blocking(move || std::fs::read(path)).await else {
             tracing::warn!(plugin = %self.path.display(), "plugin file unreadable (mid-deploy?); keeping the active version");
             return;
         };
         let active = self.cell.current();
-        if digest_of(&bytes) == active.digest() {
+        let digest = digest_of(&bytes);
+        if digest == active.digest() || self.rejected.as_deref() == Some(digest.as_str()) {
             return;
         }
         let (runtime, name, shown) = (
@@ -133,11 +140,56 @@ impl Watcher {
                 let old = self.cell.replace(plugin);
                 tracing::info!(old = old.digest(), new = %new, "plugin swapped: new messages run on the new version");
             }
-            Err(e) => tracing::error!(
-                active = active.digest(),
-                reason = %e,
-                "new plugin version rejected; the active version keeps running"
-            ),
+            Err(e) => {
+                tracing::error!(
+                    active = active.digest(),
+                    rejected = %digest,
+                    reason = %e,
+                    "new plugin version rejected; the active version keeps running (said once per version)"
+                );
+                self.rejected = Some(digest);
+            }
         }
+    }
+}
+
+/// Whether a file event in the plugin's directory can change what the plugin
+/// path reads. Reads (the host's own included) cannot; without this filter the
+/// watcher's own read of the plugin would trigger the next reload, forever.
+fn changes_content(kind: &notify::EventKind) -> bool {
+    use notify::event::{AccessKind, AccessMode};
+    use notify::EventKind;
+    match kind {
+        // A writer closing the file is the end of an in-place copy.
+        EventKind::Access(AccessKind::Close(AccessMode::Write)) => true,
+        EventKind::Access(_) => false,
+        EventKind::Create(_) | EventKind::Modify(_) | EventKind::Remove(_) | EventKind::Any => true,
+        EventKind::Other => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use notify::event::{AccessKind, AccessMode, CreateKind, DataChange, ModifyKind, RenameMode};
+    use notify::EventKind;
+
+    use super::changes_content;
+
+    #[test]
+    fn reads_do_not_trigger_a_reload_and_writes_renames_and_creates_do() {
+        let reads = [
+            EventKind::Access(AccessKind::Open(AccessMode::Read)),
+            EventKind::Access(AccessKind::Close(AccessMode::Read)),
+            EventKind::Access(AccessKind::Read),
+            EventKind::Other,
+        ];
+        assert!(reads.iter().all(|k| !changes_content(k)));
+        let changes = [
+            EventKind::Create(CreateKind::File),
+            EventKind::Modify(ModifyKind::Data(DataChange::Content)),
+            EventKind::Modify(ModifyKind::Name(RenameMode::To)),
+            EventKind::Access(AccessKind::Close(AccessMode::Write)),
+        ];
+        assert!(changes.iter().all(changes_content));
     }
 }
