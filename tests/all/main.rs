@@ -10,3 +10,4 @@ mod outages;
 mod plugin_loading;
 mod sandbox;
 mod security;
+mod tls;

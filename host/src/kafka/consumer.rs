@@ -262,6 +262,35 @@ mod tests {
     }
 
     #[test]
+    fn clients_for_tls_and_sasl_scram_plain_and_oauthbearer_can_be_built() {
+        for (protocol, mechanism) in [
+            ("ssl", None),
+            ("sasl_ssl", Some("SCRAM-SHA-512")),
+            ("sasl_ssl", Some("SCRAM-SHA-256")),
+            ("sasl_ssl", Some("PLAIN")),
+            ("sasl_plaintext", Some("SCRAM-SHA-256")),
+            ("sasl_ssl", Some("OAUTHBEARER")),
+        ] {
+            let mut config = rdkafka::ClientConfig::new();
+            config
+                .set("bootstrap.servers", "127.0.0.1:1")
+                .set("security.protocol", protocol);
+            if let Some(mechanism) = mechanism {
+                config
+                    .set("sasl.mechanism", mechanism)
+                    .set("sasl.username", "u")
+                    .set("sasl.password", "p");
+            }
+            if mechanism == Some("OAUTHBEARER") {
+                config.set("sasl.oauthbearer.config", "principal=u");
+                config.set("enable.sasl.oauthbearer.unsecure.jwt", "true");
+            }
+            let built: Result<rdkafka::producer::BaseProducer, _> = config.create();
+            assert!(built.is_ok(), "{protocol} {mechanism:?}: {:?}", built.err());
+        }
+    }
+
+    #[test]
     fn the_next_generation_group_protocol_leaves_assignment_to_the_broker() {
         let mut settings = ConsumerSettings {
             brokers: "b:9092".into(),
