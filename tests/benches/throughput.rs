@@ -8,7 +8,8 @@
 //! load time. Rounds alternate so machine noise hits every mode; medians.
 //!
 //! `scripts/bench` (builds the release binary, then `cargo bench -p inbox-host-tests`).
-//! BENCH_MESSAGES=n sets the records per round (default 10,000).
+//! BENCH_MESSAGES=n sets the records per round (default 10,000); BENCH_PROFILE=wasm
+//! (or native) runs only that handler in process in batch mode, a steady load to profile.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -71,6 +72,18 @@ fn main() {
         let runtime = Runtime::new(SandboxLimits::default()).expect("wasm runtime");
         let wasm = Arc::new(Plugin::load(&runtime, &plugin("billing")).expect("billing.wasm"));
         let native = Arc::new(NativeBilling::default());
+        if let Ok(which) = std::env::var("BENCH_PROFILE") {
+            // One handler in batch mode, in process: a steady load to profile.
+            for round in 0..5 {
+                let tag = format!("p{round}");
+                let rate = match which.as_str() {
+                    "native" => in_process(&db, &*native, &MODES[2], messages, &tag).await,
+                    _ => in_process(&db, &*wasm, &MODES[2], messages, &tag).await,
+                };
+                println!("{which} in process, batch mode: {rate:.0} msg/s");
+            }
+            return;
+        }
         println!("inbox-host consume path: billing.wasm, exactly-once-inbox, {PARTITIONS} partitions, {messages} records x {ROUNDS} rounds, medians");
         println!("PostgreSQL with fsync and synchronous commit on; the host is the release binary\n");
 

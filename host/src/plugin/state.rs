@@ -118,6 +118,6 @@ impl ResourceLimiter for MemoryCap {
         desired: usize,
         _maximum: Option<usize>,
     ) -> wasmtime::Result<bool> {
-        Ok(desired <= 100_000)
+        Ok(desired <= super::engine::MAX_TABLE_ELEMENTS)
     }
 }
