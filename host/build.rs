@@ -16,7 +16,11 @@ fn main() {
         .output()
         .ok()
         .is_some_and(|o| o.status.success() && !o.stdout.is_empty());
-    let commit = if dirty { format!("{commit}-dirty") } else { commit };
+    let commit = if dirty {
+        format!("{commit}-dirty")
+    } else {
+        commit
+    };
     println!("cargo:rustc-env=INBOX_HOST_COMMIT={commit}");
     let lock = std::fs::read_to_string("../Cargo.lock").unwrap_or_default();
     let wasmtime = lock

@@ -135,7 +135,11 @@ pub struct RunArgs {
     pub db_pool_size: u32,
     /// How long one attempt to reach PostgreSQL may take, in seconds. The host
     /// keeps trying while the database is down.
-    #[arg(long = "connect-timeout", env = "INBOX_CONNECT_TIMEOUT", default_value_t = 10)]
+    #[arg(
+        long = "connect-timeout",
+        env = "INBOX_CONNECT_TIMEOUT",
+        default_value_t = 10
+    )]
     pub connect_timeout_secs: u64,
     /// Apply the host's migrations at start (`INBOX_MIGRATE=false` or
     /// `--no-migrate` for a login without DDL rights: run `inbox-host migrate`

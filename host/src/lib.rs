@@ -4,9 +4,12 @@
 //! # Layout
 //! - [`cli`]: the command line (clap derive; every flag also from the environment).
 //! - [`app`]: the composition root, the only module that knows Kafka, the inbox and
-//!   plugins together.
-//! - [`kafka`]: the rdkafka consumer: messages in, offset commits out.
-//! - [`inbox`]: the runner step: transaction, inbox row, handler, commit.
+//!   plugins together: a worker per assigned partition, and `decide`, the one
+//!   place that says what happens to a record after its outcome.
+//! - [`kafka`]: the group member: each assigned partition as an ordered stream of
+//!   records, offsets stored after the database commit (librdkafka commits them).
+//! - [`inbox`]: the runner: a batch of records in one transaction, inbox rows,
+//!   handler per record, commit; the host's schema and the rights it needs.
 //! - [`plugin`]: wasmtime, the sandbox, the `db` capability, hot swap.
 //! - [`embedded`]: throwaway PostgreSQL and a local Kafka-protocol broker for the
 //!   lab, the demo and the tests; never on the production path.
@@ -15,8 +18,9 @@
 //! - `kafka` knows nothing about SQL or wasm; `inbox` knows nothing about Kafka or
 //!   wasm; `plugin` knows nothing about Kafka. `plugin` depends on `inbox` only for
 //!   the [`inbox::Handler`] trait it implements.
-//! - Only the runner commits the database transaction, and the offset of a message
-//!   is committed only after (or, for at-most-once, before) that one place.
+//! - Only the runner commits the database transaction, and the offset of a record
+//!   is stored only after (or, for at-most-once, committed before) that one place;
+//!   a partition's worker never stores an offset past a record that is not done.
 
 pub mod app;
 pub mod cli;

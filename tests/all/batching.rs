@@ -123,14 +123,7 @@ async fn a_row_held_by_another_transaction_in_a_batch_runs_no_handler_for_it_and
 ) {
     let db = TestDb::start().await;
     let billing = Counting::new(load("billing"));
-    let mut zombie = db.pool.begin().await.expect("begin");
-    sqlx::query(
-        "INSERT INTO inbox_host.inbox (message_id, consumer_group, worker_id, plugin_digest, topic, kafka_partition, kafka_offset)
-         VALUES ('o-1', 'billing', 'zombie', 'x', 'orders', 0, 1)",
-    )
-    .execute(&mut *zombie)
-    .await
-    .expect("zombie claims the row");
+    let zombie = db.hold_inbox_row("o-1", 1).await;
     let messages: Vec<Message> = (0..3)
         .map(|n| Message {
             offset: n,

@@ -57,26 +57,46 @@ fn a_malformed_kafka_option_is_refused_with_an_example() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn an_unreachable_database_is_named_with_its_cause_without_its_password_and_waited_for_and_sighup_does_not_kill_a_starting_host() {
+async fn an_unreachable_database_is_named_with_its_cause_without_its_password_and_waited_for_and_sighup_does_not_kill_a_starting_host(
+) {
     let billing = plugin("billing");
     let mut host = host::Host::spawn(
-        &["--plugin", billing.to_str().expect("utf-8"), "--group", "g", "--connect-timeout", "2"],
+        &[
+            "--plugin",
+            billing.to_str().expect("utf-8"),
+            "--group",
+            "g",
+            "--connect-timeout",
+            "2",
+        ],
         &[
             ("INBOX_TOPIC", "orders"),
             ("DATABASE_URL", "postgres://app:s3cret@127.0.0.1:1/app"),
         ],
     );
-    wait_until("the host says why it cannot connect", Duration::from_secs(60), || async {
-        host.log().contains("cannot connect to PostgreSQL at postgres://app@127.0.0.1:1/app")
-    })
+    wait_until(
+        "the host says why it cannot connect",
+        Duration::from_secs(60),
+        || async {
+            host.log()
+                .contains("cannot connect to PostgreSQL at postgres://app@127.0.0.1:1/app")
+        },
+    )
     .await;
     let log = host.log();
     assert!(log.to_lowercase().contains("connection refused"), "{log}");
     assert!(!log.contains("s3cret"), "{log}");
-    assert!(host.is_running(), "the host gave up on a database that is only down:\n{log}");
+    assert!(
+        host.is_running(),
+        "the host gave up on a database that is only down:\n{log}"
+    );
     // A SIGHUP while starting is a reload request for later, not the end.
     host.hangup();
-    assert!(host.stop(), "SIGHUP then SIGTERM while waiting for the database must exit 0:\n{}", host.log());
+    assert!(
+        host.stop(),
+        "SIGHUP then SIGTERM while waiting for the database must exit 0:\n{}",
+        host.log()
+    );
 }
 
 #[test]
@@ -101,18 +121,39 @@ fn every_local_problem_is_reported_at_once_before_any_connection() {
         ],
     );
     assert!(stderr.contains("is not a WebAssembly file"), "{stderr}");
-    assert!(stderr.contains("cannot listen on --status-addr 256.0.0.1:9464"), "{stderr}");
+    assert!(
+        stderr.contains("cannot listen on --status-addr 256.0.0.1:9464"),
+        "{stderr}"
+    );
     assert!(stderr.contains("no.such.property"), "{stderr}");
-    assert!(!stderr.contains("PostgreSQL"), "it tried the database before reporting: {stderr}");
+    assert!(
+        !stderr.contains("PostgreSQL"),
+        "it tried the database before reporting: {stderr}"
+    );
 }
 
 #[test]
 fn properties_the_host_owns_cannot_be_set_with_kafka_opt() {
     let stderr = stderr_of(
-        &["--plugin", "b.wasm", "--group", "g", "--kafka-opt", "group.id=other", "--kafka-opt", "enable.auto.commit=true"],
-        &[("INBOX_TOPIC", "orders"), ("DATABASE_URL", "postgres://x@127.0.0.1:1/x")],
+        &[
+            "--plugin",
+            "b.wasm",
+            "--group",
+            "g",
+            "--kafka-opt",
+            "group.id=other",
+            "--kafka-opt",
+            "enable.auto.commit=true",
+        ],
+        &[
+            ("INBOX_TOPIC", "orders"),
+            ("DATABASE_URL", "postgres://x@127.0.0.1:1/x"),
+        ],
     );
-    assert!(stderr.contains("--kafka-opt cannot set group.id (use --group)"), "{stderr}");
+    assert!(
+        stderr.contains("--kafka-opt cannot set group.id (use --group)"),
+        "{stderr}"
+    );
     assert!(stderr.contains("enable.auto.commit"), "{stderr}");
 }
 

@@ -196,14 +196,7 @@ async fn a_swallowed_db_error_is_never_reported_processed_and_nothing_commits() 
 async fn a_row_held_by_another_open_transaction_is_locked_within_the_bound_then_processes() {
     let db = TestDb::start().await;
     let counted = Counting::new(load("billing"));
-    let mut zombie = db.pool.begin().await.expect("begin");
-    sqlx::query(
-        "INSERT INTO inbox_host.inbox (message_id, consumer_group, worker_id, plugin_digest, topic, kafka_partition, kafka_offset)
-         VALUES ('o-1', 'billing', 'zombie', 'x', 'orders', 0, 0)",
-    )
-    .execute(&mut *zombie)
-    .await
-    .expect("zombie claims the row");
+    let zombie = db.hold_inbox_row("o-1", 0).await;
 
     let started = Instant::now();
     let outcome = runner(&db).process(&order("o-1", 10), &counted).await;

@@ -642,3 +642,32 @@ async fn longest_wait_without_commit(
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_next_generation_group_protocol_kip_848_consumes_every_record_once() {
+    let stage = Stage::new(3).await;
+    stage
+        .produce(
+            (0..100)
+                .map(|n| stage.order(&format!("order-{n}"), n))
+                .collect(),
+        )
+        .await;
+    let mut host = stage.spawn_host(
+        &plugin("billing"),
+        &["--kafka-opt", "group.protocol=consumer"],
+    );
+    wait_until("every order invoiced and committed", LONG, || async {
+        stage.db.count("SELECT count(*) FROM invoices").await == 100
+            && stage.committed_total(3).await == 100
+    })
+    .await;
+    assert_eq!(
+        stage
+            .db
+            .count("SELECT count(DISTINCT message_id) FROM invoices")
+            .await,
+        100
+    );
+    assert!(host.stop(), "{}", host.log());
+}

@@ -107,21 +107,48 @@ async fn a_login_without_rights_is_told_each_missing_grant_and_passes_once_grant
     let db = TestDb::start().await;
     db.execute("CREATE ROLE runtime_login LOGIN").await;
     let url = db.url.replacen("postgres@", "runtime_login@", 1);
-    let pool = inbox::pool_options(1).connect(&url).await.expect("runtime login");
+    let pool = inbox::pool_options(1)
+        .connect(&url)
+        .await
+        .expect("runtime login");
 
-    let missing = inbox::check_rights(&pool).await.expect_err("no rights yet").to_string();
-    assert!(missing.contains("GRANT USAGE ON SCHEMA inbox_host"), "{missing}");
-    assert!(missing.contains("GRANT INSERT ON inbox_host.inbox TO <login>"), "{missing}");
-    assert!(missing.contains("GRANT UPDATE ON inbox_host.attempts TO <login>"), "{missing}");
+    let missing = inbox::check_rights(&pool)
+        .await
+        .expect_err("no rights yet")
+        .to_string();
+    assert!(
+        missing.contains("GRANT USAGE ON SCHEMA inbox_host"),
+        "{missing}"
+    );
+    assert!(
+        missing.contains("GRANT INSERT ON inbox_host.inbox TO <login>"),
+        "{missing}"
+    );
+    assert!(
+        missing.contains("GRANT UPDATE ON inbox_host.attempts TO <login>"),
+        "{missing}"
+    );
 
     let grants: Vec<String> = inbox::RUNTIME_RIGHTS
         .iter()
         .map(|(table, rights)| format!("GRANT {rights} ON {table} TO runtime_login;"))
         .collect();
-    db.execute(&format!("GRANT USAGE ON SCHEMA inbox_host TO runtime_login; {}", grants.join(" "))).await;
-    inbox::check_rights(&pool).await.expect("every right granted");
+    db.execute(&format!(
+        "GRANT USAGE ON SCHEMA inbox_host TO runtime_login; {}",
+        grants.join(" ")
+    ))
+    .await;
+    inbox::check_rights(&pool)
+        .await
+        .expect("every right granted");
 
     db.execute("DROP SCHEMA inbox_host CASCADE").await;
-    let unmigrated = inbox::check_rights(&pool).await.expect_err("not migrated").to_string();
-    assert!(unmigrated.contains("run `inbox-host migrate`"), "{unmigrated}");
+    let unmigrated = inbox::check_rights(&pool)
+        .await
+        .expect_err("not migrated")
+        .to_string();
+    assert!(
+        unmigrated.contains("run `inbox-host migrate`"),
+        "{unmigrated}"
+    );
 }

@@ -17,7 +17,11 @@ async fn a_database_and_then_a_broker_away_for_thirty_seconds_cost_nothing_and_t
         eprintln!("skipped: DATABASE_URL points at a server this test cannot stop");
         return;
     };
-    let orders = |from: i64, to: i64| (from..to).map(|n| stage.order(&format!("order-{n}"), n)).collect();
+    let orders = |from: i64, to: i64| {
+        (from..to)
+            .map(|n| stage.order(&format!("order-{n}"), n))
+            .collect()
+    };
     stage.produce(orders(0, 300)).await;
     let mut host = stage.spawn_host(&plugin("billing"), &[]);
     let pid = host.pid();
@@ -29,27 +33,47 @@ async fn a_database_and_then_a_broker_away_for_thirty_seconds_cost_nothing_and_t
     cluster.stop().expect("stopping PostgreSQL");
     stage.produce(orders(300, 600)).await;
     tokio::time::sleep(OUTAGE).await;
-    assert!(host.is_running(), "the host exited while the database was down:\n{}", host.log());
+    assert!(
+        host.is_running(),
+        "the host exited while the database was down:\n{}",
+        host.log()
+    );
     cluster.resume().expect("starting PostgreSQL again");
-    wait_until("the orders sent during the database outage invoiced", LONG, || async {
-        stage.db.count("SELECT count(*) FROM invoices").await >= 600
-    })
+    wait_until(
+        "the orders sent during the database outage invoiced",
+        LONG,
+        || async { stage.db.count("SELECT count(*) FROM invoices").await >= 600 },
+    )
     .await;
 
     stage.produce(orders(600, 900)).await;
     stage.broker.set_down(true).expect("broker down");
     tokio::time::sleep(OUTAGE).await;
-    assert!(host.is_running(), "the host exited while the broker was down:\n{}", host.log());
+    assert!(
+        host.is_running(),
+        "the host exited while the broker was down:\n{}",
+        host.log()
+    );
     stage.broker.set_down(false).expect("broker up");
-    wait_until("every order invoiced and every offset committed", LONG, || async {
-        stage.db.count("SELECT count(*) FROM invoices").await >= 900
-            && stage.committed_total(3).await == 900
-    })
+    wait_until(
+        "every order invoiced and every offset committed",
+        LONG,
+        || async {
+            stage.db.count("SELECT count(*) FROM invoices").await >= 900
+                && stage.committed_total(3).await == 900
+        },
+    )
     .await;
 
     assert_eq!(host.pid(), pid);
     assert_eq!(stage.db.count("SELECT count(*) FROM invoices").await, 900);
-    assert_eq!(stage.db.count("SELECT count(DISTINCT message_id) FROM invoices").await, 900);
+    assert_eq!(
+        stage
+            .db
+            .count("SELECT count(DISTINCT message_id) FROM invoices")
+            .await,
+        900
+    );
     assert!(host.stop(), "{}", host.log());
 }
 
@@ -60,18 +84,28 @@ async fn a_host_started_while_the_database_is_down_waits_for_it_and_then_consume
         eprintln!("skipped: DATABASE_URL points at a server this test cannot stop");
         return;
     };
-    stage.produce((0..50).map(|n| stage.order(&format!("order-{n}"), n)).collect()).await;
+    stage
+        .produce(
+            (0..50)
+                .map(|n| stage.order(&format!("order-{n}"), n))
+                .collect(),
+        )
+        .await;
     cluster.stop().expect("stopping PostgreSQL");
     let mut host = stage.spawn_host(&plugin("billing"), &["--connect-timeout", "2"]);
-    wait_until("the host says the database is unreachable", LONG, || async {
-        host.log().contains("cannot connect to PostgreSQL")
-    })
+    wait_until(
+        "the host says the database is unreachable",
+        LONG,
+        || async { host.log().contains("cannot connect to PostgreSQL") },
+    )
     .await;
     assert!(host.is_running(), "{}", host.log());
     cluster.resume().expect("starting PostgreSQL again");
-    wait_until("every order invoiced once the database is back", LONG, || async {
-        stage.db.count("SELECT count(*) FROM invoices").await == 50
-    })
+    wait_until(
+        "every order invoiced once the database is back",
+        LONG,
+        || async { stage.db.count("SELECT count(*) FROM invoices").await == 50 },
+    )
     .await;
     assert!(host.stop(), "{}", host.log());
 }

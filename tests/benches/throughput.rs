@@ -77,8 +77,8 @@ fn main() {
             for round in 0..5 {
                 let tag = format!("p{round}");
                 let rate = match which.as_str() {
-                    "native" => in_process(&db, &*native, &MODES[2], messages, &tag).await,
-                    _ => in_process(&db, &*wasm, &MODES[2], messages, &tag).await,
+                    "native" => in_process(&db, &native, &MODES[2], messages, &tag).await,
+                    _ => in_process(&db, &wasm, &MODES[2], messages, &tag).await,
                 };
                 println!("{which} in process, batch mode: {rate:.0} msg/s");
             }
@@ -93,11 +93,11 @@ fn main() {
         for round in 0..ROUNDS {
             for (m, mode) in MODES.iter().enumerate() {
                 e2e[m].push(end_to_end(&db, &broker, mode, messages).await);
-                ceiling[m].push(in_process(&db, &*native, mode, messages, &format!("c{round}-{m}")).await);
+                ceiling[m].push(in_process(&db, &native, mode, messages, &format!("c{round}-{m}")).await);
             }
             let batch = &MODES[2];
-            wasm_batch.push(in_process(&db, &*wasm, batch, messages, &format!("w{round}")).await);
-            native_batch.push(in_process(&db, &*native, batch, messages, &format!("n{round}")).await);
+            wasm_batch.push(in_process(&db, &wasm, batch, messages, &format!("w{round}")).await);
+            native_batch.push(in_process(&db, &native, batch, messages, &format!("n{round}")).await);
             eprintln!("round {} of {ROUNDS} done", round + 1);
         }
 
@@ -122,7 +122,7 @@ fn main() {
         let (w, n) = (median(&wasm_batch), median(&native_batch));
         println!();
         println!(
-            "batch mode in process (the runner, 6 partitions side by side, no Kafka): billing.wasm {w:.0} msg/s, native {n:.0} msg/s, wasm/native {:.2}",
+            "batch mode in process (the runner, 6 partitions on the worker threads, no Kafka): billing.wasm {w:.0} msg/s, native {n:.0} msg/s, wasm/native {:.2}",
             w / n
         );
         let (plain, savepoints) = savepoint_cost(&db, messages).await;
@@ -234,38 +234,43 @@ async fn end_to_end(db: &TestDb, broker: &LocalBroker, mode: &Mode, messages: us
     }
 }
 
-/// The runner alone, no Kafka: `PARTITIONS` tasks side by side (at most
-/// `concurrency` transactions at once), each taking its share of the records in
-/// batches of `batch_max`, as the partition workers do.
-async fn in_process<H: Handler + 'static>(
+/// The runner alone, no Kafka: `PARTITIONS` tasks side by side on the runtime's
+/// worker threads (at most `concurrency` transactions at once), each taking its
+/// share of the records in batches of `batch_max`, as the partition workers do.
+async fn in_process<H: Handler + Send + Sync + 'static>(
     db: &TestDb,
-    handler: &H,
+    handler: &Arc<H>,
     mode: &Mode,
     messages: usize,
     tag: &str,
 ) -> f64 {
     let runner = runner(db, tag);
-    let permits = tokio::sync::Semaphore::new(mode.concurrency);
+    let permits = Arc::new(tokio::sync::Semaphore::new(mode.concurrency));
     let per_partition = messages / PARTITIONS as usize;
+    let batch_max = mode.batch_max;
     let started = Instant::now();
-    let lanes = (0..PARTITIONS).map(|p| {
-        let (runner, permits) = (&runner, &permits);
-        async move {
+    let lanes: Vec<_> = (0..PARTITIONS)
+        .map(|p| {
+            let (runner, permits, handler) = (runner.clone(), permits.clone(), handler.clone());
             let orders: Vec<Message> = (0..per_partition)
                 .map(|i| order(&format!("{tag}-{p}-{i}"), 1))
                 .collect();
-            for chunk in orders.chunks(mode.batch_max) {
-                let _permit = permits.acquire().await.expect("permit");
-                let batch: Vec<&Message> = chunk.iter().collect();
-                let outcomes = runner.process_batch(&batch, handler).await;
-                assert!(
-                    outcomes.iter().all(|o| *o == Outcome::Processed),
-                    "{outcomes:?}"
-                );
-            }
-        }
-    });
-    futures_util::future::join_all(lanes).await;
+            tokio::spawn(async move {
+                for chunk in orders.chunks(batch_max) {
+                    let _permit = permits.acquire().await.expect("permit");
+                    let batch: Vec<&Message> = chunk.iter().collect();
+                    let outcomes = runner.process_batch(&batch, &*handler).await;
+                    assert!(
+                        outcomes.iter().all(|o| *o == Outcome::Processed),
+                        "{outcomes:?}"
+                    );
+                }
+            })
+        })
+        .collect();
+    for lane in lanes {
+        lane.await.expect("lane");
+    }
     (per_partition * PARTITIONS as usize) as f64 / started.elapsed().as_secs_f64()
 }
 

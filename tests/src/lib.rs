@@ -88,6 +88,26 @@ impl TestDb {
         self._cluster.as_ref()
     }
 
+    /// Inserts the inbox row of `message_id` (group `billing`) in a transaction
+    /// left open: a zombie consumer holding the row.
+    pub async fn hold_inbox_row(
+        &self,
+        message_id: &str,
+        offset: i64,
+    ) -> sqlx::Transaction<'static, sqlx::Postgres> {
+        let mut zombie = self.pool.begin().await.expect("begin");
+        sqlx::query(
+            "INSERT INTO inbox_host.inbox (message_id, consumer_group, worker_id, plugin_digest, topic, kafka_partition, kafka_offset)
+             VALUES ($1, 'billing', 'zombie', 'x', 'orders', 0, $2)",
+        )
+        .bind(message_id)
+        .bind(offset)
+        .execute(&mut *zombie)
+        .await
+        .expect("zombie claims the row");
+        zombie
+    }
+
     pub async fn execute(&self, sql: &str) {
         sqlx::raw_sql(sql).execute(&self.pool).await.expect(sql);
     }

@@ -36,7 +36,10 @@ pub(super) async fn ready(settings: &RunSettings) -> anyhow::Result<PgPool> {
         match attempt(&options, settings).await {
             Ok(pool) => {
                 if let Some((since, _)) = down_since {
-                    tracing::info!(down_for_s = since.elapsed().as_secs(), "PostgreSQL reachable again");
+                    tracing::info!(
+                        down_for_s = since.elapsed().as_secs(),
+                        "PostgreSQL reachable again"
+                    );
                 }
                 return Ok(pool);
             }
@@ -51,7 +54,10 @@ pub(super) async fn ready(settings: &RunSettings) -> anyhow::Result<PgPool> {
                         down_since = Some((now, now));
                     }
                     Some((since, said)) if said.elapsed() >= STILL_DOWN_EVERY => {
-                        tracing::warn!(down_for_s = since.elapsed().as_secs(), "PostgreSQL at {shown} still unreachable: {e:#}");
+                        tracing::warn!(
+                            down_for_s = since.elapsed().as_secs(),
+                            "PostgreSQL at {shown} still unreachable: {e:#}"
+                        );
                         *said = now;
                     }
                     Some(_) => tracing::debug!("PostgreSQL still unreachable: {e:#}"),
@@ -90,15 +96,19 @@ async fn attempt(options: &PgConnectOptions, settings: &RunSettings) -> Result<P
             other => Failure::Fatal(anyhow::Error::new(other).context("applying the host's migrations")),
         })?;
     } else {
-        inbox::check_rights(&pool).await.map_err(|e| match e.downcast::<sqlx::Error>() {
-            Ok(db) => classify(db),
-            Err(missing) => Failure::Fatal(missing),
-        })?;
+        inbox::check_rights(&pool)
+            .await
+            .map_err(|e| match e.downcast::<sqlx::Error>() {
+                Ok(db) => classify(db),
+                Err(missing) => Failure::Fatal(missing),
+            })?;
     }
     if let Some(role) = &settings.runner.guest_role {
-        inbox::ensure_guest_role(&pool, role).await.map_err(|e| match e.downcast::<sqlx::Error>() {
-            Ok(db) => classify(db),
-            Err(other) => Failure::Fatal(other),
+        inbox::ensure_guest_role(&pool, role).await.map_err(|e| {
+            match e.downcast::<sqlx::Error>() {
+                Ok(db) => classify(db),
+                Err(other) => Failure::Fatal(other),
+            }
         })?;
     }
     Ok(pool)

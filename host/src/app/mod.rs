@@ -48,7 +48,11 @@ pub async fn run(settings: RunSettings, shutdown: impl Future<Output = ()>) -> a
             return Ok(());
         }
     };
-    let Preflight { runtime, plugin, status } = local;
+    let Preflight {
+        runtime,
+        plugin,
+        status,
+    } = local;
     tracing::info!(
         plugin = %settings.plugin.display(),
         digest = plugin.digest(),
@@ -123,7 +127,9 @@ async fn preflight(settings: &RunSettings) -> anyhow::Result<Preflight> {
         None => None,
     };
     if let Err(e) = crate::kafka::check_config(&settings.consumer) {
-        problems.push(format!("the Kafka configuration (--kafka-opt) is invalid: {e}"));
+        problems.push(format!(
+            "the Kafka configuration (--kafka-opt) is invalid: {e}"
+        ));
     }
     match plugin {
         Some(plugin) if problems.is_empty() => Ok(Preflight {

@@ -45,16 +45,25 @@ impl RunSettings {
         let mut problems = Vec::new();
         let plugin = args.plugin.clone().unwrap_or_default();
         if args.plugin.is_none() {
-            problems.push("no plugin given: pass --plugin path/to/handler.wasm or set INBOX_PLUGIN".to_string());
+            problems.push(
+                "no plugin given: pass --plugin path/to/handler.wasm or set INBOX_PLUGIN"
+                    .to_string(),
+            );
         } else if !plugin.is_file() {
             problems.push(format!(
                 "the plugin {} does not exist or is not a file: check --plugin / INBOX_PLUGIN",
                 plugin.display()
             ));
         }
-        let group = args.group.clone().filter(|g| !g.trim().is_empty()).unwrap_or_default();
+        let group = args
+            .group
+            .clone()
+            .filter(|g| !g.trim().is_empty())
+            .unwrap_or_default();
         if group.is_empty() {
-            problems.push("no consumer group given: pass --group <name> or set INBOX_GROUP".to_string());
+            problems.push(
+                "no consumer group given: pass --group <name> or set INBOX_GROUP".to_string(),
+            );
         }
         let topics: Vec<String> = args
             .topics
@@ -63,7 +72,10 @@ impl RunSettings {
             .cloned()
             .collect();
         if topics.is_empty() {
-            problems.push("no topic to consume: pass --topic <name> (repeatable) or set INBOX_TOPIC=a,b".to_string());
+            problems.push(
+                "no topic to consume: pass --topic <name> (repeatable) or set INBOX_TOPIC=a,b"
+                    .to_string(),
+            );
         }
         let database_url = args.database.database_url.clone().unwrap_or_default();
         if args.database.database_url.is_none() {
@@ -98,7 +110,8 @@ impl RunSettings {
         let worker_id = args.worker_id.clone().unwrap_or_else(default_worker_id);
         let checks = [
             (
-                args.inbox_retention_days.is_some_and(|d| !d.is_finite() || d <= 0.0),
+                args.inbox_retention_days
+                    .is_some_and(|d| !d.is_finite() || d <= 0.0),
                 "--inbox-retention-days must be a positive number of days",
             ),
             (
@@ -113,10 +126,21 @@ impl RunSettings {
                 args.db_pool_size == 0 || args.concurrency == Some(0),
                 "--db-pool-size and --concurrency must be at least 1",
             ),
-            (args.max_fatal_attempts == 0, "--max-fatal-attempts must be at least 1"),
-            (args.connect_timeout_secs == 0, "--connect-timeout must be at least 1 second"),
+            (
+                args.max_fatal_attempts == 0,
+                "--max-fatal-attempts must be at least 1",
+            ),
+            (
+                args.connect_timeout_secs == 0,
+                "--connect-timeout must be at least 1 second",
+            ),
         ];
-        problems.extend(checks.iter().filter(|(bad, _)| *bad).map(|(_, why)| why.to_string()));
+        problems.extend(
+            checks
+                .iter()
+                .filter(|(bad, _)| *bad)
+                .map(|(_, why)| why.to_string()),
+        );
         if !problems.is_empty() {
             bail!("{}", problems.join("\n  "));
         }

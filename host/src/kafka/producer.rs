@@ -62,20 +62,7 @@ pub fn committed_offset(
     topic: &str,
     partition: i32,
 ) -> KafkaResult<Option<i64>> {
-    let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", brokers)
-        .set("group.id", group)
-        .set("enable.auto.commit", "false")
-        .create()?;
-    let mut tpl = TopicPartitionList::new();
-    tpl.add_partition(topic, partition);
-    let committed = consumer.committed_offsets(tpl, Duration::from_secs(10))?;
-    Ok(committed
-        .find_partition(topic, partition)
-        .and_then(|e| match e.offset() {
-            Offset::Offset(o) => Some(o),
-            _ => None,
-        }))
+    Ok(committed(brokers, group, topic, &[partition])?[0])
 }
 
 /// The group's committed offsets of partitions `0..partitions` of `topic`, in
@@ -86,20 +73,30 @@ pub fn committed_offsets(
     topic: &str,
     partitions: i32,
 ) -> KafkaResult<Vec<Option<i64>>> {
+    committed(brokers, group, topic, &(0..partitions).collect::<Vec<_>>())
+}
+
+fn committed(
+    brokers: &str,
+    group: &str,
+    topic: &str,
+    partitions: &[i32],
+) -> KafkaResult<Vec<Option<i64>>> {
     let consumer: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", brokers)
         .set("group.id", group)
         .set("enable.auto.commit", "false")
         .create()?;
     let mut tpl = TopicPartitionList::new();
-    for p in 0..partitions {
-        tpl.add_partition(topic, p);
+    for p in partitions {
+        tpl.add_partition(topic, *p);
     }
     let committed = consumer.committed_offsets(tpl, Duration::from_secs(10))?;
-    Ok((0..partitions)
+    Ok(partitions
+        .iter()
         .map(|p| {
             committed
-                .find_partition(topic, p)
+                .find_partition(topic, *p)
                 .and_then(|e| match e.offset() {
                     Offset::Offset(o) => Some(o),
                     _ => None,

@@ -74,11 +74,13 @@ impl Watcher {
             .filter(|d| !d.as_os_str().is_empty())
             .unwrap_or(Path::new("."))
             .to_path_buf();
-        let _watcher = match notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
-            if event.is_ok_and(|e| changes_content(&e.kind)) {
-                let _ = events_tx.send(());
-            }
-        })
+        let _watcher = match notify::recommended_watcher(
+            move |event: notify::Result<notify::Event>| {
+                if event.is_ok_and(|e| changes_content(&e.kind)) {
+                    let _ = events_tx.send(());
+                }
+            },
+        )
         .and_then(|mut w| w.watch(&dir, RecursiveMode::NonRecursive).map(|()| w))
         {
             Ok(w) => Some(w),
