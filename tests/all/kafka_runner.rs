@@ -517,42 +517,53 @@ async fn a_fatal_failure_is_set_aside_after_three_attempts_by_default_and_the_ne
 #[tokio::test(flavor = "multi_thread")]
 async fn hosts_joining_and_leaving_while_batches_are_in_flight_lose_nothing_apply_nothing_twice_and_keep_committing(
 ) {
-    const TOTAL: i64 = 6_000;
     const PARTITIONS: i32 = 6;
-    let stage = Stage::new(PARTITIONS).await;
-    stage
-        .produce(
-            (0..TOTAL)
-                .map(|n| stage.order(&format!("order-{n}"), n))
-                .collect(),
-        )
-        .await;
-    let high = stage.high_watermarks(PARTITIONS).await;
+    let stage = std::sync::Arc::new(Stage::new(PARTITIONS).await);
     // The local broker holds every rebalance round for the session timeout less
     // a second (a real broker ends the round once the members rejoined), and a
     // cooperative rebalance takes two rounds: a short session keeps its rounds
     // near a real broker's.
     let fast_rejoin = ["--kafka-opt", "session.timeout.ms=3000"];
     let mut hosts = vec![stage.spawn_host(&plugin("billing"), &fast_rejoin)];
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // A steady stream (the pace of the load, not a wait), so every partition has
+    // records waiting through every change.
+    let producing = tokio::spawn({
+        let (stage, done) = (stage.clone(), done.clone());
+        async move {
+            let mut produced = 0;
+            while !done.load(std::sync::atomic::Ordering::SeqCst) {
+                let batch = (produced..produced + 150)
+                    .map(|n| stage.order(&format!("order-{n}"), n))
+                    .collect();
+                stage.produce(batch).await;
+                produced += 150;
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            produced
+        }
+    });
     let watch = tokio::spawn(longest_wait_without_commit(
-        stage.broker.bootstrap().to_string(),
-        stage.group.clone(),
-        stage.topic.clone(),
-        high,
+        stage.clone(),
+        PARTITIONS,
+        done.clone(),
     ));
-    // Join, leave cleanly, join, die hard: each change is a rebalance while
-    // batches are in flight. Hosts that left are kept for their logs.
+    // Join, leave cleanly, join, die hard, twice. Each change comes once the
+    // group has recovered from the previous one (every partition committed again
+    // since), so each is measured on its own, with batches in flight.
     let mut retired = Vec::new();
-    for step in 0..6 {
-        // Each change comes once the group has settled from the previous one
-        // and committed more work: batches are in flight when it lands.
-        let before = stage.committed_total(PARTITIONS).await;
-        wait_until("commits moving since the last change", LONG, || async {
-            let now = stage.committed_total(PARTITIONS).await;
-            now > before + 200 || now >= TOTAL
-        })
+    for change in 0..6 {
+        let before = stage.committed_per_partition(PARTITIONS).await;
+        wait_until(
+            "every partition committing since the last change",
+            LONG,
+            || async {
+                let now = stage.committed_per_partition(PARTITIONS).await;
+                now.iter().zip(&before).all(|(now, before)| now > before)
+            },
+        )
         .await;
-        match step % 3 {
+        match change % 3 {
             0 => hosts.push(stage.spawn_host(&plugin("billing"), &fast_rejoin)),
             1 => {
                 let mut leaving = hosts.remove(0);
@@ -570,73 +581,73 @@ async fn hosts_joining_and_leaving_while_batches_are_in_flight_lose_nothing_appl
                 retired.push(killed);
             }
         }
-        eprintln!("{:?} step {step} done", std::time::Instant::now());
+        eprintln!(
+            "change {change} at {} committed",
+            stage.committed_total(PARTITIONS).await
+        );
     }
     if hosts.is_empty() {
         hosts.push(stage.spawn_host(&plugin("billing"), &fast_rejoin));
     }
-    wait_until("every order invoiced", LONG, || async {
-        stage.db.count("SELECT count(*) FROM invoices").await >= TOTAL
+    done.store(true, std::sync::atomic::Ordering::SeqCst);
+    let total = producing.await.expect("producer");
+    wait_until("every order invoiced and committed", LONG, || async {
+        stage.db.count("SELECT count(*) FROM invoices").await >= total
+            && stage.committed_total(PARTITIONS).await == total
     })
     .await;
     let longest = watch.await.expect("watch");
-    eprintln!("longest time a partition with waiting work went without a commit: {longest:?}");
+    eprintln!("{total} orders; longest time a partition with waiting work went without a commit: {longest:?}");
     assert!(
         longest <= Duration::from_secs(15),
         "a partition waited {longest:?} for a commit"
     );
-    assert_eq!(stage.db.count("SELECT count(*) FROM invoices").await, TOTAL);
+    assert_eq!(stage.db.count("SELECT count(*) FROM invoices").await, total);
     assert_eq!(
         stage
             .db
             .count("SELECT count(DISTINCT message_id) FROM invoices")
             .await,
-        TOTAL
+        total
     );
     for mut host in hosts {
         assert!(host.stop(), "{}", host.log());
     }
 }
 
-/// Polls the group's committed offsets until every partition reached its high
-/// watermark; returns the longest time any partition with records left went
-/// without its committed offset moving.
+/// Polls the group's committed offsets and the partitions' high watermarks until
+/// `done` is set and every partition is committed to its end; returns the
+/// longest time any partition with records waiting went without its committed
+/// offset moving.
 async fn longest_wait_without_commit(
-    brokers: String,
-    group: String,
-    topic: String,
-    high: Vec<i64>,
+    stage: std::sync::Arc<Stage>,
+    partitions: i32,
+    done: std::sync::Arc<std::sync::atomic::AtomicBool>,
 ) -> Duration {
     let started = std::time::Instant::now();
-    let mut last_move = vec![started; high.len()];
-    let mut last_seen = vec![None; high.len()];
+    let mut last_move = vec![started; partitions as usize];
+    let mut last_seen = vec![0; partitions as usize];
     let mut longest = Duration::ZERO;
     loop {
-        let (b, g, t, n) = (
-            brokers.clone(),
-            group.clone(),
-            topic.clone(),
-            high.len() as i32,
-        );
-        let committed = tokio::task::spawn_blocking(move || {
-            inbox_host::kafka::committed_offsets(&b, &g, &t, n)
-        })
-        .await
-        .expect("task")
-        .unwrap_or_else(|_| last_seen.clone());
+        let committed = stage.committed_per_partition(partitions).await;
+        let high = stage.high_watermarks(partitions).await;
         let now = std::time::Instant::now();
-        let mut done = true;
-        for p in 0..high.len() {
+        let mut waiting = false;
+        for p in 0..partitions as usize {
             if committed[p] != last_seen[p] {
                 last_seen[p] = committed[p];
                 last_move[p] = now;
             }
-            if committed[p].unwrap_or(0) < high[p] {
-                done = false;
+            if committed[p] < high[p] {
+                waiting = true;
                 longest = longest.max(now - last_move[p]);
+            } else {
+                last_move[p] = now;
             }
         }
-        if done || started.elapsed() > Duration::from_secs(300) {
+        if (!waiting && done.load(std::sync::atomic::Ordering::SeqCst))
+            || started.elapsed() > LONG * 2
+        {
             return longest;
         }
         tokio::time::sleep(Duration::from_millis(250)).await;

@@ -85,6 +85,12 @@ impl Stage {
 
     /// The sum of the group's committed offsets over partitions `0..partitions`.
     pub async fn committed_total(&self, partitions: i32) -> i64 {
+        self.committed_per_partition(partitions).await.iter().sum()
+    }
+
+    /// The group's committed offset of each of partitions `0..partitions` (0
+    /// where nothing was committed, or the broker could not say).
+    pub async fn committed_per_partition(&self, partitions: i32) -> Vec<i64> {
         let (brokers, group, topic) = (
             self.broker.bootstrap().to_string(),
             self.group.clone(),
@@ -95,8 +101,8 @@ impl Stage {
         })
         .await
         .expect("task")
-        .map(|offsets| offsets.into_iter().flatten().sum())
-        .unwrap_or(0)
+        .map(|offsets| offsets.into_iter().map(|o| o.unwrap_or(0)).collect())
+        .unwrap_or_else(|_| vec![0; partitions as usize])
     }
 
     /// The group's committed offset for a partition, as the broker reports it.
