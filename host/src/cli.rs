@@ -190,8 +190,9 @@ pub struct LabArgs {
     #[arg(long)]
     pub brokers: Option<String>,
     /// Use this database instead of starting a throwaway cluster (only when
-    /// given here: the lab never picks up DATABASE_URL from the environment). It
-    /// gets the host's schema and the example tables, as `migrate` and the demo do.
+    /// given here: the lab never picks up DATABASE_URL from the environment). The
+    /// lab applies the host's migrations and works in a schema of its own,
+    /// dropped at the end.
     #[arg(long)]
     pub database_url: Option<String>,
 }

@@ -1,6 +1,7 @@
 -- Tables of the example and test plugins. Applied by the lab, the demo and the
 -- tests (never by `inbox-host migrate`): in production a plugin's tables are yours,
--- and so is granting the guest role rights on them.
+-- and so is granting the guest role rights on them. Names are unqualified: they go
+-- to the first schema of the search path (`public`, or the lab's own schema).
 DO $$
 BEGIN
     IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'inbox_guest') THEN
@@ -9,25 +10,25 @@ BEGIN
 END
 $$;
 
-CREATE TABLE IF NOT EXISTS public.invoices (
+CREATE TABLE IF NOT EXISTS invoices (
     order_id   text    NOT NULL,
     amount     numeric NOT NULL,
     message_id text,
     marker     text
 );
-CREATE TABLE IF NOT EXISTS public.handler_calls (
+CREATE TABLE IF NOT EXISTS handler_calls (
     name  text PRIMARY KEY,
     calls integer NOT NULL DEFAULT 0
 );
-CREATE TABLE IF NOT EXISTS public.sandbox_probe (
+CREATE TABLE IF NOT EXISTS sandbox_probe (
     message_id text,
     probe      text,
     outcome    text
 );
-CREATE TABLE IF NOT EXISTS public.typed_probe (
+CREATE TABLE IF NOT EXISTS typed_probe (
     first  text,
     second text
 );
 GRANT SELECT, INSERT, UPDATE, DELETE
-    ON public.invoices, public.handler_calls, public.sandbox_probe, public.typed_probe
+    ON invoices, handler_calls, sandbox_probe, typed_probe
     TO inbox_guest;

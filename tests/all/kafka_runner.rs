@@ -9,7 +9,12 @@ const LONG: Duration = Duration::from_secs(120);
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_lab_reproduces_the_reference_table_exactly_on_the_embedded_default() {
-    let out = tokio::task::spawn_blocking(|| host::run(&["lab"], &[]))
+    // Exported variables are not the lab's to use: only its own flags are.
+    let exported = [
+        ("DATABASE_URL", "postgres://app@127.0.0.1:1/app"),
+        ("KAFKA_BROKERS", "127.0.0.1:1"),
+    ];
+    let out = tokio::task::spawn_blocking(move || host::run(&["lab"], &exported))
         .await
         .expect("lab");
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -18,14 +23,49 @@ async fn the_lab_reproduces_the_reference_table_exactly_on_the_embedded_default(
         "{}",
         host::strip_ansi(&String::from_utf8_lossy(&out.stderr))
     );
-    let expected = [
-        "at-most-once  first: processed=false committed=true  second consumer: nothing delivered  handler ran=1 invoices=0",
-        "at-least-once, on-persist  first: processed=false committed=true  second consumer: nothing delivered  handler ran=1 invoices=0",
-        "at-least-once, on-success  first: processed=false committed=false  second consumer: processed=true  handler ran=2 invoices=1",
-        "exactly-once-inbox  first: processed=false committed=false  second consumer: processed=true  handler ran=2 invoices=1",
-        "duplicate  delivery 1: processed=true duplicate=false committed=true invoices=1  delivery 2: processed=false duplicate=true committed=true invoices=1",
-    ];
-    assert_eq!(stdout.lines().collect::<Vec<_>>(), expected);
+    assert_eq!(stdout.lines().collect::<Vec<_>>(), LAB_TABLE);
+}
+
+const LAB_TABLE: [&str; 5] = [
+    "at-most-once  first: processed=false committed=true  second consumer: nothing delivered  handler ran=1 invoices=0",
+    "at-least-once, on-persist  first: processed=false committed=true  second consumer: nothing delivered  handler ran=1 invoices=0",
+    "at-least-once, on-success  first: processed=false committed=false  second consumer: processed=true  handler ran=2 invoices=1",
+    "exactly-once-inbox  first: processed=false committed=false  second consumer: processed=true  handler ran=2 invoices=1",
+    "duplicate  delivery 1: processed=true duplicate=false committed=true invoices=1  delivery 2: processed=false duplicate=true committed=true invoices=1",
+];
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_lab_on_a_given_database_works_in_a_schema_of_its_own_and_leaves_nothing_behind() {
+    let db = inbox_host_tests::TestDb::start().await;
+    db.execute("INSERT INTO invoices (order_id, amount, message_id, marker) VALUES ('mine', 1, 'mine', 'app')")
+        .await;
+    let url = db.url.clone();
+    let out = tokio::task::spawn_blocking(move || host::run(&["lab", "--database-url", &url], &[]))
+        .await
+        .expect("lab");
+    assert!(
+        out.status.success(),
+        "{}",
+        host::strip_ansi(&String::from_utf8_lossy(&out.stderr))
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(stdout.lines().collect::<Vec<_>>(), LAB_TABLE);
+    assert_eq!(
+        db.count("SELECT count(*) FROM public.invoices").await,
+        1,
+        "the lab wrote into the application's invoices"
+    );
+    assert_eq!(
+        db.count("SELECT count(*) FROM pg_namespace WHERE nspname LIKE 'inbox_lab%'")
+            .await,
+        0,
+        "the lab's schema was left behind"
+    );
+    assert_eq!(
+        db.count("SELECT count(*) FROM inbox_host.inbox WHERE consumer_group LIKE 'lab-%'")
+            .await,
+        0
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -147,7 +147,20 @@ fn connect_options(url: &str) -> anyhow::Result<PgConnectOptions> {
 /// A pool for the tools (`migrate`, the lab, the demo): one attempt, the cause
 /// named on failure.
 pub(crate) async fn connect(url: &str, connections: u32) -> anyhow::Result<PgPool> {
-    let options = connect_options(url)?;
+    connect_in(url, connections, None).await
+}
+
+/// [`connect`] with every session's search path starting at `schema` (sent at
+/// connect time, so a session reset keeps it).
+pub(crate) async fn connect_in(
+    url: &str,
+    connections: u32,
+    schema: Option<&str>,
+) -> anyhow::Result<PgPool> {
+    let mut options = connect_options(url)?;
+    if let Some(schema) = schema {
+        options = options.options([("search_path", format!("{schema},public"))]);
+    }
     let fail = |e: sqlx::Error| {
         anyhow::Error::new(e).context(format!(
             "cannot connect to PostgreSQL at {}: check --database-url / DATABASE_URL",

@@ -10,7 +10,7 @@ use anyhow::Context;
 use sqlx::PgPool;
 
 use super::native_billing::NativeBilling;
-use super::{connect, Delivery, Pipeline, StopWhen, Verdict};
+use super::{connect, connect_in, Delivery, Pipeline, StopWhen, Verdict};
 use crate::cli::LabArgs;
 use crate::embedded::{Durability, LocalBroker, TempPostgres};
 use crate::inbox::{self, CommitOn, Outcome, Runner, RunnerSettings, Strategy};
@@ -24,6 +24,9 @@ struct Stage {
     brokers: String,
     pool: PgPool,
     run: String,
+    /// On a database given with --database-url: the schema the lab's tables
+    /// live in, dropped when the lab ends.
+    schema: Option<String>,
     _broker: Option<LocalBroker>,
     _postgres: Option<TempPostgres>,
 }
@@ -49,6 +52,7 @@ pub async fn lab(args: LabArgs) -> anyhow::Result<Vec<LabRow>> {
         rows.push(stage.failing_handler(name, strategy).await?);
     }
     rows.push(stage.duplicate().await?);
+    stage.clean_up().await?;
     Ok(rows)
 }
 
@@ -71,17 +75,60 @@ impl Stage {
                 (Some(pg), url)
             }
         };
-        let pool = connect(&url, 4).await?;
+        let nanos = SystemTime::now().duration_since(UNIX_EPOCH)?.as_nanos();
+        let run = format!("{}-{nanos}", std::process::id());
+        // A database of the user's: the lab's tables go to a schema of its own
+        // (its invoices are never the application's), dropped at the end.
+        let schema = postgres
+            .is_none()
+            .then(|| format!("inbox_lab_{}", run.replace('-', "_")));
+        if let Some(schema) = &schema {
+            let admin = connect(&url, 1).await?;
+            sqlx::raw_sql(&format!("CREATE SCHEMA {schema}"))
+                .execute(&admin)
+                .await
+                .with_context(|| format!("creating the lab's schema {schema}"))?;
+        }
+        let pool = connect_in(&url, 4, schema.as_deref()).await?;
         inbox::migrate(&pool).await.context("applying migrations")?;
         inbox::apply_example_tables(&pool).await?;
-        let nanos = SystemTime::now().duration_since(UNIX_EPOCH)?.as_nanos();
+        if let Some(schema) = &schema {
+            sqlx::raw_sql(&format!(
+                "GRANT USAGE ON SCHEMA {schema} TO {}",
+                inbox::DEFAULT_GUEST_ROLE
+            ))
+            .execute(&pool)
+            .await?;
+        }
         Ok(Self {
             brokers,
             pool,
-            run: format!("{}-{nanos}", std::process::id()),
+            run,
+            schema,
             _broker: broker,
             _postgres: postgres,
         })
+    }
+
+    /// On a database given with --database-url: drops the lab's schema and the
+    /// host's rows about the lab's groups.
+    async fn clean_up(&self) -> anyhow::Result<()> {
+        let Some(schema) = &self.schema else {
+            return Ok(());
+        };
+        let groups = format!("lab-%-{}", self.run);
+        for table in ["inbox", "dead_letters", "attempts"] {
+            sqlx::query(&format!(
+                "DELETE FROM inbox_host.{table} WHERE consumer_group LIKE $1"
+            ))
+            .bind(&groups)
+            .execute(&self.pool)
+            .await?;
+        }
+        sqlx::raw_sql(&format!("DROP SCHEMA {schema} CASCADE"))
+            .execute(&self.pool)
+            .await?;
+        Ok(())
     }
 
     /// One message; the first consumer's handler writes an invoice and fails; a
@@ -212,7 +259,7 @@ impl Stage {
 
     async fn invoices(&self, message_id: &str) -> anyhow::Result<i64> {
         Ok(
-            sqlx::query_scalar("SELECT count(*) FROM public.invoices WHERE message_id = $1")
+            sqlx::query_scalar("SELECT count(*) FROM invoices WHERE message_id = $1")
                 .bind(message_id)
                 .fetch_one(&self.pool)
                 .await?,

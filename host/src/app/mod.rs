@@ -16,7 +16,7 @@ use std::future::Future;
 
 use anyhow::Context;
 
-pub(crate) use database::connect;
+pub(crate) use database::{connect, connect_in};
 pub use decide::{decide, Backoff, RetryPolicy, Step};
 pub use dev::dev;
 pub use lab::{lab, LabRow};

@@ -42,7 +42,7 @@ impl Handler for NativeBilling {
             other => other.to_string(),
         };
         let inserted = sqlx::query(
-            "INSERT INTO public.invoices (order_id, amount, message_id, marker) VALUES ($1, $2::float8, $3, 'native')",
+            "INSERT INTO invoices (order_id, amount, message_id, marker) VALUES ($1, $2::float8, $3, 'native')",
         )
         .bind(order_id)
         .bind(order.amount)
