@@ -2,6 +2,7 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use inbox_host_tests::host::http_get;
 use inbox_host_tests::stage::Stage;
 use inbox_host_tests::{host, plugin, wait_until};
 
@@ -398,15 +399,6 @@ async fn the_status_endpoint_counts_outcomes_by_kind_and_names_the_active_digest
     let digest = inbox_host::plugin::digest_of(&std::fs::read(plugin("billing")).expect("billing"));
     assert!(http_get(&addr, "/health").contains(&format!("ok plugin={digest}")));
     drop(host);
-}
-
-fn http_get(addr: &str, path: &str) -> String {
-    use std::io::{Read, Write};
-    let mut stream = std::net::TcpStream::connect(addr).expect("status endpoint");
-    write!(stream, "GET {path} HTTP/1.1\r\nhost: x\r\n\r\n").expect("request");
-    let mut response = String::new();
-    stream.read_to_string(&mut response).expect("response");
-    response
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -1,10 +1,11 @@
 //! The real binary rides out a database and a broker that go away for 30 s:
-//! same process, nothing lost, nothing applied twice.
+//! same process, nothing lost, nothing applied twice, and /health says why it
+//! is not ready meanwhile.
 
 use std::time::Duration;
 
 use inbox_host_tests::stage::Stage;
-use inbox_host_tests::{plugin, wait_until};
+use inbox_host_tests::{host, plugin, wait_until};
 
 const LONG: Duration = Duration::from_secs(180);
 /// How long each outage lasts: the scenario, not a wait for some state.
@@ -23,8 +24,10 @@ async fn a_database_and_then_a_broker_away_for_thirty_seconds_cost_nothing_and_t
             .collect()
     };
     stage.produce(orders(0, 300)).await;
-    let mut host = stage.spawn_host(&plugin("billing"), &[]);
+    let addr = host::free_addr();
+    let mut host = stage.spawn_host(&plugin("billing"), &["--status-addr", &addr]);
     let pid = host.pid();
+    let health = || host::http_get(&addr, "/health");
     wait_until("the first orders invoiced", LONG, || async {
         stage.db.count("SELECT count(*) FROM invoices").await >= 300
     })
@@ -32,6 +35,11 @@ async fn a_database_and_then_a_broker_away_for_thirty_seconds_cost_nothing_and_t
 
     cluster.stop().expect("stopping PostgreSQL");
     stage.produce(orders(300, 600)).await;
+    wait_until("/health says not ready: PostgreSQL", LONG, || async {
+        let h = health();
+        h.starts_with("HTTP/1.1 503") && h.contains("PostgreSQL unreachable")
+    })
+    .await;
     tokio::time::sleep(OUTAGE).await;
     assert!(
         host.is_running(),
@@ -48,6 +56,11 @@ async fn a_database_and_then_a_broker_away_for_thirty_seconds_cost_nothing_and_t
 
     stage.produce(orders(600, 900)).await;
     stage.broker.set_down(true).expect("broker down");
+    wait_until("/health says not ready: Kafka", LONG, || async {
+        let h = health();
+        h.starts_with("HTTP/1.1 503") && h.contains("Kafka unreachable")
+    })
+    .await;
     tokio::time::sleep(OUTAGE).await;
     assert!(
         host.is_running(),
@@ -65,6 +78,10 @@ async fn a_database_and_then_a_broker_away_for_thirty_seconds_cost_nothing_and_t
     )
     .await;
 
+    wait_until("/health ready again", LONG, || async {
+        health().starts_with("HTTP/1.1 200")
+    })
+    .await;
     assert_eq!(host.pid(), pid);
     assert_eq!(stage.db.count("SELECT count(*) FROM invoices").await, 900);
     assert_eq!(

@@ -134,3 +134,23 @@ pub fn strip_ansi(s: &str) -> String {
     }
     out
 }
+
+/// `GET path` on the host's status address; the whole response, status line
+/// included.
+pub fn http_get(addr: &str, path: &str) -> String {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(addr).expect("status endpoint");
+    write!(stream, "GET {path} HTTP/1.1\r\nhost: x\r\n\r\n").expect("request");
+    let mut response = String::new();
+    stream.read_to_string(&mut response).expect("response");
+    response
+}
+
+/// A free loopback address for `--status-addr`.
+pub fn free_addr() -> String {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    format!("127.0.0.1:{port}")
+}

@@ -40,7 +40,18 @@ pub async fn run(settings: RunSettings, shutdown: impl Future<Output = ()>) -> a
     // (the plugin is read when it starts anyway), never ends the process.
     let hangups = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
         .context("installing the SIGHUP handler")?;
-    let local = preflight(&settings).await?;
+    let Preflight {
+        runtime,
+        plugin,
+        status,
+    } = preflight(&settings).await?;
+    let cell = PluginCell::new(plugin);
+    let metrics = std::sync::Arc::new(Metrics::default());
+    if let Some(listener) = status {
+        tracing::info!(addr = %listener.local_addr()?, "serving /metrics and /health");
+        tokio::spawn(status::serve(listener, metrics.clone(), cell.clone()));
+    }
+    metrics.database_reachable(false);
     let pool = tokio::select! {
         pool = database::ready(&settings) => pool?,
         () = &mut shutdown => {
@@ -48,26 +59,16 @@ pub async fn run(settings: RunSettings, shutdown: impl Future<Output = ()>) -> a
             return Ok(());
         }
     };
-    let Preflight {
-        runtime,
-        plugin,
-        status,
-    } = local;
+    metrics.database_reachable(true);
     tracing::info!(
         plugin = %settings.plugin.display(),
-        digest = plugin.digest(),
+        digest = cell.current().digest(),
         group = %settings.runner.group,
         strategy = %settings.runner.strategy,
         worker_id = %settings.runner.worker_id,
         "plugin loaded; joining the consumer group"
     );
-    let cell = PluginCell::new(plugin);
     let _reloads = spawn_hot_swap(&settings.plugin, &runtime, &cell, hangups);
-    let metrics = std::sync::Arc::new(Metrics::default());
-    if let Some(listener) = status {
-        tracing::info!(addr = %listener.local_addr()?, "serving /metrics and /health");
-        tokio::spawn(status::serve(listener, metrics.clone(), cell.clone()));
-    }
 
     let _pruning = match settings.inbox_retention {
         Some(keep) => {
@@ -90,6 +91,7 @@ pub async fn run(settings: RunSettings, shutdown: impl Future<Output = ()>) -> a
             settings.consumer.group, settings.consumer.brokers
         )
     })?;
+    metrics.watch_kafka(consumer.reachability());
     let pipeline = Pipeline {
         consumer,
         runner: Runner::new(pool, settings.runner.clone()),

@@ -1,24 +1,61 @@
 //! Counters of what happened to messages, and a small HTTP endpoint that serves
-//! them (`/metrics`, Prometheus text) with the active plugin digest (`/health`).
+//! them (`/metrics`, Prometheus text) and the host's readiness with the active
+//! plugin digest (`/health`: 503 naming the reason while PostgreSQL or Kafka
+//! does not answer).
 
 use std::collections::BTreeMap;
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, OnceLock};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
 use super::Verdict;
-use crate::inbox::Outcome;
+use crate::inbox::{FailureKind, Outcome};
+use crate::kafka::Reachability;
 use crate::plugin::PluginCell;
 
-/// Message counts by outcome and failures by kind.
-#[derive(Debug, Default)]
+/// Message counts by outcome and failures by kind, and whether the host can
+/// do its work (the database and the brokers answering).
+#[derive(Default)]
 pub struct Metrics {
     counts: Mutex<BTreeMap<(&'static str, &'static str), u64>>,
+    database_down: AtomicBool,
+    kafka: OnceLock<Reachability>,
 }
 
 impl Metrics {
+    /// Whether the database answers (set while waiting for it at start, and by
+    /// each batch: a lost connection, or a commit).
+    pub fn database_reachable(&self, reachable: bool) {
+        self.database_down.store(!reachable, Ordering::SeqCst);
+    }
+
+    /// Follow the group member's view of the brokers.
+    pub fn watch_kafka(&self, kafka: Reachability) {
+        let _ = self.kafka.set(kafka);
+    }
+
+    /// Why the host is not ready; empty when it is.
+    pub fn not_ready(&self) -> Vec<&'static str> {
+        let mut reasons = Vec::new();
+        if self.database_down.load(Ordering::SeqCst) {
+            reasons.push("PostgreSQL unreachable");
+        }
+        if self.kafka.get().is_some_and(|k| !k.is_reachable()) {
+            reasons.push("Kafka unreachable");
+        }
+        reasons
+    }
+
     pub fn record(&self, verdict: &Verdict) {
+        match verdict {
+            Verdict::Handled(Outcome::Failed(e)) if e.kind == FailureKind::Database => {
+                self.database_reachable(false)
+            }
+            Verdict::Handled(o) if o.committed() => self.database_reachable(true),
+            _ => {}
+        }
         let key = match verdict {
             Verdict::Handled(Outcome::Failed(e)) => ("failed", e.kind.as_str()),
             Verdict::Handled(outcome) => (outcome.label(), ""),
@@ -65,7 +102,15 @@ pub async fn serve(listener: TcpListener, metrics: std::sync::Arc<Metrics>, cell
             let (status, body) = if line.starts_with("GET /metrics") {
                 ("200 OK", metrics.render(&digest))
             } else if line.starts_with("GET /health") {
-                ("200 OK", format!("ok plugin={digest}\n"))
+                let reasons = metrics.not_ready();
+                if reasons.is_empty() {
+                    ("200 OK", format!("ok plugin={digest}\n"))
+                } else {
+                    (
+                        "503 Service Unavailable",
+                        format!("not ready: {} plugin={digest}\n", reasons.join(", ")),
+                    )
+                }
             } else {
                 ("404 Not Found", "try /metrics or /health\n".to_string())
             };

@@ -159,6 +159,11 @@ impl Consumer {
         })
     }
 
+    /// Whether the brokers are answering, as seen by this member.
+    pub fn reachability(&self) -> Reachability {
+        Reachability(self.inner.context().failing())
+    }
+
     /// The next partition assigned to this member.
     pub async fn assigned(&mut self) -> Option<PartitionStream> {
         self.assigned.recv().await
@@ -219,6 +224,20 @@ impl Consumer {
     }
 }
 
+/// Whether a member's brokers are answering (see [`Consumer::reachability`]).
+#[derive(Clone)]
+pub struct Reachability(Arc<AtomicBool>);
+
+impl Reachability {
+    pub fn is_reachable(&self) -> bool {
+        !self.0.load(Ordering::SeqCst)
+    }
+}
+
+/// How often, while the brokers fail, the poll thread asks for metadata to learn
+/// that they are back (an idle member would otherwise not notice).
+const PROBE_EVERY: Duration = Duration::from_secs(5);
+
 /// Serves the group's events until `polling` is cleared. Records never arrive
 /// here: each partition's records go to its own stream.
 fn spawn_poller(
@@ -228,10 +247,21 @@ fn spawn_poller(
     thread::Builder::new()
         .name("kafka-group".into())
         .spawn(move || {
+            let mut probed = std::time::Instant::now();
             while polling.load(Ordering::SeqCst) {
                 let Some(consumer) = consumer.upgrade() else {
                     return;
                 };
+                let failing = !Reachability(consumer.context().failing()).is_reachable();
+                if failing && probed.elapsed() >= PROBE_EVERY {
+                    probed = std::time::Instant::now();
+                    if consumer
+                        .fetch_metadata(None, Duration::from_secs(2))
+                        .is_ok()
+                    {
+                        consumer.context().reachable_again();
+                    }
+                }
                 match consumer.poll(Duration::from_millis(100)) {
                     None => {}
                     Some(Ok(m)) => tracing::error!(

@@ -36,7 +36,7 @@ pub(super) struct GroupContext {
     warned_coordinates: Arc<Mutex<HashSet<String>>>,
     revoke_grace: Duration,
     commits_failing: AtomicBool,
-    client_failing: AtomicBool,
+    client_failing: Arc<AtomicBool>,
     last_commit: Mutex<Instant>,
 }
 
@@ -57,7 +57,7 @@ impl GroupContext {
             warned_coordinates: Arc::default(),
             revoke_grace: settings.revoke_grace,
             commits_failing: AtomicBool::new(false),
-            client_failing: AtomicBool::new(false),
+            client_failing: Arc::new(AtomicBool::new(false)),
             last_commit: Mutex::new(Instant::now()),
         }
     }
@@ -72,6 +72,19 @@ impl GroupContext {
     pub fn stop_all(&self) {
         for handoff in lock(&self.handoffs).values() {
             let _ = handoff.stop.send(true);
+        }
+    }
+
+    /// Whether the last word from the brokers was an error (cleared by a
+    /// successful commit or metadata request).
+    pub fn failing(&self) -> Arc<AtomicBool> {
+        self.client_failing.clone()
+    }
+
+    /// The brokers answered again after errors.
+    pub fn reachable_again(&self) {
+        if self.client_failing.swap(false, Ordering::SeqCst) {
+            tracing::info!("Kafka reachable again");
         }
     }
 
@@ -202,9 +215,7 @@ impl ConsumerContext for GroupContext {
     fn commit_callback(&self, result: KafkaResult<()>, _offsets: &TopicPartitionList) {
         match result {
             Ok(()) => {
-                if self.client_failing.swap(false, Ordering::SeqCst) {
-                    tracing::info!("Kafka reachable again: offsets commit");
-                }
+                self.reachable_again();
                 if self.commits_failing.swap(false, Ordering::SeqCst) {
                     tracing::info!("offset commits succeed again");
                 }

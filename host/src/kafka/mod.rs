@@ -15,7 +15,9 @@ mod producer;
 mod record;
 
 pub use admin::topic_retention;
-pub use consumer::{check_config, check_extra, Consumer, ConsumerSettings, OWNED_PROPERTIES};
+pub use consumer::{
+    check_config, check_extra, Consumer, ConsumerSettings, Reachability, OWNED_PROPERTIES,
+};
 pub use error::{KafkaError, KafkaResult};
 pub use message_id::{IdSource, IdSources};
 pub use partition::PartitionStream;

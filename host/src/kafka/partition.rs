@@ -5,6 +5,7 @@ use std::time::Duration;
 use super::error::KafkaResult;
 use rdkafka::consumer::base_consumer::PartitionQueue;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer as _};
+use rdkafka::{Offset, TopicPartitionList};
 use tokio::sync::{watch, Notify};
 
 use super::context::{GroupContext, Partition};
@@ -119,13 +120,18 @@ impl PartitionStream {
         Ok(())
     }
 
-    /// Stores `offset + 1` and waits until the broker has committed it
-    /// (at-most-once commits before handling).
+    /// Stores `offset + 1` and waits until the broker has committed that very
+    /// offset (at-most-once commits before handling). The commit names the
+    /// offset instead of "whatever is stored": an asynchronous commit after an
+    /// earlier batch may already have taken the stored one.
     pub async fn store_and_commit(&self, offset: i64) -> KafkaResult<()> {
-        self.store(offset)?;
+        self.consumer
+            .store_offset(self.topic(), self.partition(), offset)?;
+        let mut next = TopicPartitionList::new();
+        next.add_partition_offset(self.topic(), self.partition(), Offset::Offset(offset + 1))?;
         let consumer = self.consumer.clone();
         let committed =
-            tokio::task::spawn_blocking(move || consumer.commit_consumer_state(CommitMode::Sync))
+            tokio::task::spawn_blocking(move || consumer.commit(&next, CommitMode::Sync))
                 .await
                 .unwrap_or(Err(rdkafka::error::KafkaError::Canceled));
         Ok(committed?)
