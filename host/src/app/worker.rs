@@ -129,6 +129,7 @@ impl<S: HandlerSource> Worker<S> {
         if let Some(why) = head.unusable.clone() {
             if self.set_aside(&head.message, None, why).await {
                 self.acknowledge(head.message.offset);
+                self.attempts = 0;
                 return None;
             }
             self.pending.push_front(head);
@@ -151,6 +152,11 @@ impl<S: HandlerSource> Worker<S> {
         }
         for pending in batch.into_iter().skip(done).rev() {
             self.pending.push_front(pending);
+        }
+        if retry.is_none() {
+            // The head is done; a retry keeps the count of the record now at
+            // the head (the one that failed).
+            self.attempts = 0;
         }
         retry
     }
@@ -205,6 +211,10 @@ impl<S: HandlerSource> Worker<S> {
                 self.report(message, Verdict::Handled(outcome), true);
                 continue;
             }
+            if done > 0 {
+                // A record after the head failed: its count starts afresh.
+                self.attempts = 0;
+            }
             let attempts = self.count_attempt(message, &outcome).await;
             match decide::decide(&outcome, attempts, &self.shared.limits.retry, strategy) {
                 Step::Acknowledge => {
@@ -233,8 +243,7 @@ impl<S: HandlerSource> Worker<S> {
     }
 
     /// The record at `offset` and everything before it are done.
-    fn acknowledge(&mut self, offset: i64) {
-        self.attempts = 0;
+    fn acknowledge(&self, offset: i64) {
         if self.shared.runner.settings().strategy.commits_before() {
             return;
         }
