@@ -28,6 +28,10 @@ async fn a_database_and_then_a_broker_away_for_thirty_seconds_cost_nothing_and_t
     let mut host = stage.spawn_host(&plugin("billing"), &["--status-addr", &addr]);
     let pid = host.pid();
     let health = || host::http_get(&addr, "/health");
+    let not_ready_for = |reason: &str| {
+        let answer = health();
+        answer.starts_with("HTTP/1.1 503") && answer.contains(reason)
+    };
     wait_until("the first orders invoiced", LONG, || async {
         stage.db.count("SELECT count(*) FROM invoices").await >= 300
     })
@@ -36,8 +40,7 @@ async fn a_database_and_then_a_broker_away_for_thirty_seconds_cost_nothing_and_t
     cluster.stop().expect("stopping PostgreSQL");
     stage.produce(orders(300, 600)).await;
     wait_until("/health says not ready: PostgreSQL", LONG, || async {
-        let h = health();
-        h.starts_with("HTTP/1.1 503") && h.contains("PostgreSQL unreachable")
+        not_ready_for("PostgreSQL unreachable")
     })
     .await;
     tokio::time::sleep(OUTAGE).await;
@@ -57,8 +60,7 @@ async fn a_database_and_then_a_broker_away_for_thirty_seconds_cost_nothing_and_t
     stage.produce(orders(600, 900)).await;
     stage.broker.set_down(true).expect("broker down");
     wait_until("/health says not ready: Kafka", LONG, || async {
-        let h = health();
-        h.starts_with("HTTP/1.1 503") && h.contains("Kafka unreachable")
+        not_ready_for("Kafka unreachable")
     })
     .await;
     tokio::time::sleep(OUTAGE).await;

@@ -224,7 +224,7 @@ impl Stage {
             // A short session bounds how long a fresh consumer waits on a member
             // that did not leave cleanly.
             extra: vec![("session.timeout.ms".into(), "6000".into())],
-            revoke_grace: std::time::Duration::from_secs(10),
+            revoke_grace: kafka::DEFAULT_REVOKE_GRACE,
         })?;
         let runner = Runner::new(
             self.pool.clone(),

@@ -14,9 +14,6 @@ use crate::plugin::SandboxLimits;
 use super::decide::{Backoff, RetryPolicy};
 use super::PipelineLimits;
 
-/// How long a rebalance waits for a revoked partition's batch to finish.
-const REVOKE_GRACE: Duration = Duration::from_secs(10);
-
 /// Everything `inbox-host run` needs, checked.
 #[derive(Debug, Clone)]
 pub struct RunSettings {
@@ -153,7 +150,7 @@ impl RunSettings {
                 topics,
                 id_sources,
                 extra,
-                revoke_grace: REVOKE_GRACE,
+                revoke_grace: kafka::DEFAULT_REVOKE_GRACE,
             },
             runner: RunnerSettings {
                 group,

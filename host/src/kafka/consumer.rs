@@ -28,6 +28,9 @@ pub struct ConsumerSettings {
     pub revoke_grace: Duration,
 }
 
+/// How long a rebalance waits, by default, for a revoked partition's batch.
+pub const DEFAULT_REVOKE_GRACE: Duration = Duration::from_secs(10);
+
 /// librdkafka properties the host sets itself because its guarantees rest on
 /// them, with what to use instead.
 pub const OWNED_PROPERTIES: &[(&str, &str)] = &[
@@ -328,7 +331,7 @@ mod tests {
             topics: vec!["t".into()],
             id_sources: IdSources::default(),
             extra: vec![],
-            revoke_grace: Duration::from_secs(10),
+            revoke_grace: DEFAULT_REVOKE_GRACE,
         };
         let classic = client_config(&settings);
         assert_eq!(

@@ -16,7 +16,8 @@ mod record;
 
 pub use admin::topic_retention;
 pub use consumer::{
-    check_config, check_extra, Consumer, ConsumerSettings, Reachability, OWNED_PROPERTIES,
+    check_config, check_extra, Consumer, ConsumerSettings, Reachability, DEFAULT_REVOKE_GRACE,
+    OWNED_PROPERTIES,
 };
 pub use error::{KafkaError, KafkaResult};
 pub use message_id::{IdSource, IdSources};
