@@ -161,6 +161,11 @@ pub struct RunArgs {
     /// Longest any statement may run, in ms.
     #[arg(long, env = "INBOX_STATEMENT_TIMEOUT_MS", default_value_t = 10_000)]
     pub statement_timeout_ms: u64,
+    /// Longest a message's (or batch's) transaction may stay open, claim to
+    /// commit, in ms: past it the handler is cancelled and everything rolls back,
+    /// so no guest holds row locks longer (plus at most one statement timeout).
+    #[arg(long, env = "INBOX_TRANSACTION_TIMEOUT_MS", default_value_t = 30_000)]
+    pub transaction_timeout_ms: u64,
     /// The PostgreSQL role handler statements run under (SET LOCAL ROLE): grant it
     /// rights on your plugin's tables only. Created if missing and allowed. An
     /// empty value runs guests as the host's login: never do that in production.
@@ -178,9 +183,14 @@ pub struct RunArgs {
     /// Longest a guest may run per message, in ms.
     #[arg(long, env = "INBOX_GUEST_DEADLINE_MS", default_value_t = 5_000)]
     pub guest_deadline_ms: u64,
-    /// Most memory a guest instance may use, in MiB.
+    /// Most memory a guest may use for one message, in MiB: all its linear
+    /// memories together.
     #[arg(long, env = "INBOX_GUEST_MEMORY_MIB", default_value_t = 64)]
     pub guest_memory_mib: usize,
+    /// The most bytes of parameters one guest statement may send (a message's
+    /// statements together may send 16 times this).
+    #[arg(long, env = "INBOX_MAX_PARAM_BYTES", default_value_t = 1 << 20)]
+    pub max_param_bytes: usize,
 }
 
 #[derive(Debug, Clone, Args)]

@@ -15,6 +15,7 @@ pub fn runner(db: &TestDb) -> Runner {
             strategy: Strategy::ExactlyOnceInbox,
             lock_timeout: Duration::from_millis(300),
             statement_timeout: Duration::from_secs(5),
+            transaction_timeout: Duration::from_secs(30),
             guest_role: Some(inbox::DEFAULT_GUEST_ROLE.into()),
         },
     )

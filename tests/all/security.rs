@@ -39,6 +39,7 @@ impl Arena {
                 strategy: Strategy::ExactlyOnceInbox,
                 lock_timeout: Duration::from_millis(300),
                 statement_timeout: Duration::from_millis(1_000),
+                transaction_timeout: Duration::from_secs(30),
                 guest_role: Some(inbox::DEFAULT_GUEST_ROLE.into()),
             },
         );

@@ -145,6 +145,7 @@ fn runner(db: &TestDb, group: &str) -> Runner {
             strategy: Strategy::ExactlyOnceInbox,
             lock_timeout: Duration::from_secs(2),
             statement_timeout: Duration::from_secs(10),
+            transaction_timeout: Duration::from_secs(30),
             guest_role: Some(inbox::DEFAULT_GUEST_ROLE.into()),
         },
     )

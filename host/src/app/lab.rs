@@ -234,6 +234,7 @@ impl Stage {
                 strategy,
                 lock_timeout: std::time::Duration::from_secs(2),
                 statement_timeout: std::time::Duration::from_secs(10),
+                transaction_timeout: std::time::Duration::from_secs(30),
                 guest_role: Some(inbox::DEFAULT_GUEST_ROLE.into()),
             },
         );

@@ -158,6 +158,7 @@ impl RunSettings {
                 strategy,
                 lock_timeout: Duration::from_millis(args.lock_timeout_ms.max(1)),
                 statement_timeout: Duration::from_millis(args.statement_timeout_ms.max(1)),
+                transaction_timeout: Duration::from_millis(args.transaction_timeout_ms.max(1)),
                 guest_role: Some(args.guest_role).filter(|r| !r.trim().is_empty()),
             },
             limits: PipelineLimits {
@@ -177,6 +178,7 @@ impl RunSettings {
             sandbox: SandboxLimits {
                 deadline: Duration::from_millis(args.guest_deadline_ms.max(1)),
                 memory_bytes: args.guest_memory_mib.max(1) << 20,
+                max_param_bytes: args.max_param_bytes.max(1),
                 ..SandboxLimits::default()
             },
             status_addr: args.status_addr.filter(|a| !a.trim().is_empty()),

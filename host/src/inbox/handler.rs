@@ -31,11 +31,52 @@ pub struct HandlerError {
 }
 
 impl HandlerError {
-    pub fn new(kind: FailureKind, retryable: bool, message: impl Into<String>) -> Self {
+    /// The message is made storable here, whoever wrote it (a guest can return
+    /// megabytes, NUL bytes or escape sequences): see [`storable_text`].
+    pub fn new(kind: FailureKind, retryable: bool, message: impl AsRef<str>) -> Self {
         Self {
             kind,
             retryable,
-            message: message.into(),
+            message: storable_text(message.as_ref(), MAX_FAILURE_TEXT),
         }
+    }
+}
+
+/// The most bytes of failure text kept per failure (attempts, dead letters, logs).
+pub const MAX_FAILURE_TEXT: usize = 4096;
+
+/// `text` as it can be stored in a PostgreSQL `text` column and written on one
+/// log line: control characters (NUL, newlines, escape sequences) escaped as
+/// `\u{..}`/`\n`, cut at `max` bytes with a marker saying how much was left out.
+pub fn storable_text(text: &str, max: usize) -> String {
+    let mut out = String::with_capacity(text.len().min(max));
+    for (at, c) in text.char_indices() {
+        let before = out.len();
+        if c.is_control() {
+            out.extend(c.escape_debug());
+        } else {
+            out.push(c);
+        }
+        if out.len() > max {
+            out.truncate(before);
+            out.push_str(&format!(" [… {} more bytes]", text.len() - at));
+            break;
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn failure_text_is_escaped_and_bounded() {
+        assert_eq!(storable_text("poison\0pill\n\x1b[31m", 100), "poison\\0pill\\n\\u{1b}[31m");
+        let long = "é".repeat(5_000);
+        let kept = storable_text(&long, MAX_FAILURE_TEXT);
+        assert!(kept.len() <= MAX_FAILURE_TEXT + 32, "{}", kept.len());
+        assert!(kept.ends_with(" [… 5904 more bytes]"), "{}", &kept[kept.len() - 40..]);
+        assert_eq!(storable_text("short", 100), "short");
     }
 }

@@ -16,7 +16,7 @@ mod session;
 mod store;
 mod strategy;
 
-pub use handler::{Handler, HandlerError, Tx};
+pub use handler::{storable_text, Handler, HandlerError, Tx, MAX_FAILURE_TEXT};
 pub use message::{Header, Message};
 pub use outcome::{FailureKind, Outcome};
 pub use retention::prune;

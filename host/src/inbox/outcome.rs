@@ -56,6 +56,9 @@ pub enum FailureKind {
     Trap,
     /// The host could not talk to the database.
     Database,
+    /// The host itself panicked while handling the message (a host bug that this
+    /// message triggers); the message fails, the process goes on.
+    HostPanic,
 }
 
 impl FailureKind {
@@ -70,6 +73,7 @@ impl FailureKind {
             FailureKind::TransactionBroken => "transaction-broken",
             FailureKind::Trap => "trap",
             FailureKind::Database => "database",
+            FailureKind::HostPanic => "host-panic",
         }
     }
 }

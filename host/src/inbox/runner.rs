@@ -1,6 +1,9 @@
+use std::panic::AssertUnwindSafe;
 use std::time::Duration;
 
+use futures_util::FutureExt;
 use sqlx::PgPool;
+use tokio::time::Instant;
 
 use super::store::{self, BatchClaim, Claim, ClaimBy};
 use super::{FailureKind, Handler, HandlerError, Message, Outcome, Strategy, Tx};
@@ -15,6 +18,10 @@ pub struct RunnerSettings {
     pub lock_timeout: Duration,
     /// The longest any single statement (host's or guest's) may run.
     pub statement_timeout: Duration,
+    /// The longest a transaction may stay open from its claim to its commit:
+    /// the host cancels the handler past it (and PostgreSQL ends a transaction
+    /// left idle that long), so a guest cannot hold locks longer.
+    pub transaction_timeout: Duration,
     /// The least-privileged role handler statements run under; `None` runs them
     /// as the host's own login (only for trusted native handlers).
     pub guest_role: Option<String>,
@@ -112,6 +119,7 @@ impl Runner {
     ) -> Result<Batch, sqlx::Error> {
         let by = self.claim_by(handler);
         let mut tx = self.pool.begin().await?;
+        let until = Instant::now() + self.settings.transaction_timeout;
         let (runs, xid) = if self.settings.strategy.uses_inbox() {
             let firsts = first_occurrences(messages);
             let distinct: Vec<&Message> = messages
@@ -149,11 +157,15 @@ impl Runner {
                 outcomes.push(Outcome::Duplicate);
                 continue;
             }
-            let (returned, verdict) = handler.handle(message, tx).await;
-            tx = returned;
-            if let Err(error) = verdict {
-                rollback(tx).await;
-                return Ok(Batch::FailedAt(at, Outcome::Failed(error)));
+            match self.run_handler(handler, message, tx, until).await {
+                (Some(returned), Ok(())) => tx = returned,
+                (returned, verdict) => {
+                    if let Some(tx) = returned {
+                        rollback(tx).await;
+                    }
+                    let error = verdict.err().expect("a handler that returned ok returns its transaction");
+                    return Ok(Batch::FailedAt(at, Outcome::Failed(error)));
+                }
             }
             outcomes.push(Outcome::Processed);
         }
@@ -173,7 +185,43 @@ impl Runner {
             version: handler.version(),
             lock_timeout: self.settings.lock_timeout,
             statement_timeout: self.settings.statement_timeout,
+            transaction_timeout: self.settings.transaction_timeout,
             guest_role: self.settings.guest_role.as_deref(),
+        }
+    }
+
+    /// Runs the handler within what is left of the transaction's time. Past it,
+    /// or when the host panics while handling (a bug, but one a message could
+    /// trigger again and again), the handler is dropped with the transaction,
+    /// which rolls it back, and the message fails: the process never does.
+    async fn run_handler<H: Handler>(
+        &self,
+        handler: &H,
+        message: &Message,
+        tx: Tx,
+        until: Instant,
+    ) -> (Option<Tx>, Result<(), HandlerError>) {
+        let call = AssertUnwindSafe(handler.handle(message, tx)).catch_unwind();
+        match tokio::time::timeout_at(until, call).await {
+            Ok(Ok((tx, verdict))) => (Some(tx), verdict),
+            Ok(Err(panic)) => {
+                let said = panic
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_default();
+                tracing::error!(message_id = %message.message_id, panic = %said, "the host panicked handling a message; rolled back");
+                let error = format!("the host panicked while handling this message: {said}");
+                (None, Err(HandlerError::new(FailureKind::HostPanic, false, error)))
+            }
+            Err(_elapsed) => {
+                let limit = self.settings.transaction_timeout.as_millis();
+                let error = format!(
+                    "the transaction was open longer than --transaction-timeout-ms ({limit} ms); \
+                     the handler was cancelled and everything rolled back"
+                );
+                (None, Err(HandlerError::new(FailureKind::Deadline, true, error)))
+            }
         }
     }
 
@@ -184,6 +232,7 @@ impl Runner {
     ) -> Result<Outcome, sqlx::Error> {
         let by = self.claim_by(handler);
         let mut tx = self.pool.begin().await?;
+        let until = Instant::now() + self.settings.transaction_timeout;
         let xid = if self.settings.strategy.uses_inbox() {
             match store::claim(&mut tx, message, &by).await? {
                 Claim::New { xid } => xid,
@@ -194,11 +243,16 @@ impl Runner {
             store::begin_plain(&mut tx, &by).await?
         };
 
-        let (mut tx, verdict) = handler.handle(message, tx).await;
-        if let Err(error) = verdict {
-            rollback(tx).await;
-            return Ok(Outcome::Failed(error));
-        }
+        let mut tx = match self.run_handler(handler, message, tx, until).await {
+            (Some(tx), Ok(())) => tx,
+            (returned, verdict) => {
+                if let Some(tx) = returned {
+                    rollback(tx).await;
+                }
+                let error = verdict.err().expect("a handler that returned ok returns its transaction");
+                return Ok(Outcome::Failed(error));
+            }
+        };
         if let Err(broken) = still_ours(&mut tx, &xid, by.guest_role).await {
             rollback(tx).await;
             return Ok(Outcome::Failed(broken));

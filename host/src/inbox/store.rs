@@ -24,6 +24,8 @@ pub(super) struct ClaimBy<'a> {
     pub version: &'a str,
     pub lock_timeout: Duration,
     pub statement_timeout: Duration,
+    /// Also PostgreSQL's `idle_in_transaction_session_timeout` for the transaction.
+    pub transaction_timeout: Duration,
     /// The role the handler's statements run under (`SET LOCAL ROLE`).
     pub guest_role: Option<&'a str>,
 }
@@ -48,7 +50,8 @@ pub(super) async fn claim(
              (message_id, consumer_group, worker_id, plugin_digest, topic, kafka_partition, kafka_offset)
          SELECT $1, $2, $3, $4, $5, $6, $7
          FROM (SELECT set_config('lock_timeout', $8, true),
-                      set_config('statement_timeout', $9, true)) AS transaction_limits
+                      set_config('statement_timeout', $9, true),
+                      set_config('idle_in_transaction_session_timeout', $11, true)) AS transaction_limits
          ON CONFLICT (message_id, consumer_group) DO NOTHING
          RETURNING pg_current_xact_id()::text, set_config('role', coalesce($10, 'none'), true)",
     )
@@ -62,6 +65,7 @@ pub(super) async fn claim(
     .bind(millis(by.lock_timeout))
     .bind(millis(by.statement_timeout))
     .bind(by.guest_role)
+    .bind(millis(by.transaction_timeout))
     .fetch_optional(&mut *conn)
     .await;
     match inserted {
@@ -100,7 +104,8 @@ pub(super) async fn claim_batch(
              (message_id, consumer_group, worker_id, plugin_digest, topic, kafka_partition, kafka_offset)
          SELECT m.id, $2, $3, $4, m.topic, m.part, m.off
          FROM (SELECT set_config('lock_timeout', $8, true),
-                      set_config('statement_timeout', $9, true)) AS transaction_limits,
+                      set_config('statement_timeout', $9, true),
+                      set_config('idle_in_transaction_session_timeout', $11, true)) AS transaction_limits,
               unnest($1::text[], $5::text[], $6::int[], $7::bigint[]) AS m(id, topic, part, off)
          ON CONFLICT (message_id, consumer_group) DO NOTHING
          RETURNING message_id, pg_current_xact_id()::text, set_config('role', coalesce($10, 'none'), true)",
@@ -115,6 +120,7 @@ pub(super) async fn claim_batch(
     .bind(millis(by.lock_timeout))
     .bind(millis(by.statement_timeout))
     .bind(by.guest_role)
+    .bind(millis(by.transaction_timeout))
     .fetch_all(&mut *conn)
     .await;
     match inserted {
@@ -137,11 +143,13 @@ pub(super) async fn begin_plain(
     let (xid, _role): (String, String) = sqlx::query_as(
         "SELECT pg_current_xact_id()::text, set_config('role', coalesce($3, 'none'), true)
          FROM (SELECT set_config('lock_timeout', $1, true),
-                      set_config('statement_timeout', $2, true)) AS transaction_limits",
+                      set_config('statement_timeout', $2, true),
+                      set_config('idle_in_transaction_session_timeout', $4, true)) AS transaction_limits",
     )
     .bind(millis(by.lock_timeout))
     .bind(millis(by.statement_timeout))
     .bind(by.guest_role)
+    .bind(millis(by.transaction_timeout))
     .fetch_one(conn)
     .await?;
     Ok(xid)
@@ -196,7 +204,7 @@ pub async fn dead_letter(pool: &PgPool, letter: &DeadLetter<'_>) -> Result<(), s
     .bind(m.partition)
     .bind(m.offset)
     .bind(letter.message_id)
-    .bind(letter.reason)
+    .bind(super::storable_text(letter.reason, super::MAX_FAILURE_TEXT))
     .bind(m.key.as_deref())
     .bind(sqlx::types::Json(headers))
     .bind(&m.payload)
@@ -206,17 +214,30 @@ pub async fn dead_letter(pool: &PgPool, letter: &DeadLetter<'_>) -> Result<(), s
     Ok(())
 }
 
-/// A header as JSON, losslessly: `value` holds UTF-8 text (or null), and a value
-/// that is not UTF-8 is kept as `value_hex` instead.
+/// A header as JSON, losslessly: `key` and `value` hold text (`value` may be
+/// null); text `jsonb` cannot hold (not UTF-8, or a NUL byte) is kept as
+/// `key_hex`/`value_hex` instead, so a hostile header can never stop the row.
 fn header_json(header: &super::Header) -> serde_json::Value {
-    match header.value.as_deref().map(std::str::from_utf8) {
-        None => serde_json::json!({ "key": header.key, "value": null }),
-        Some(Ok(text)) => serde_json::json!({ "key": header.key, "value": text }),
-        Some(Err(_)) => serde_json::json!({
-            "key": header.key,
-            "value_hex": header.value.as_deref().map(hex::encode),
-        }),
+    let mut json = serde_json::Map::new();
+    if header.key.contains('\0') {
+        json.insert("key_hex".into(), hex::encode(&header.key).into());
+    } else {
+        json.insert("key".into(), header.key.clone().into());
     }
+    match header.value.as_deref() {
+        None => {
+            json.insert("value".into(), serde_json::Value::Null);
+        }
+        Some(bytes) => match std::str::from_utf8(bytes) {
+            Ok(text) if !text.contains('\0') => {
+                json.insert("value".into(), text.into());
+            }
+            _ => {
+                json.insert("value_hex".into(), hex::encode(bytes).into());
+            }
+        },
+    }
+    json.into()
 }
 
 /// Counts one more failed attempt of `message` (in its own transaction); returns
@@ -242,7 +263,7 @@ pub async fn record_failure(
     .bind(message.partition)
     .bind(message.offset)
     .bind(&message.message_id)
-    .bind(error)
+    .bind(super::storable_text(error, super::MAX_FAILURE_TEXT))
     .fetch_one(pool)
     .await
 }

@@ -59,11 +59,29 @@ impl IdSources {
                 IdSource::Coordinates => Some(coordinates()),
             };
             if let Some(id) = found.filter(|id| !id.trim().is_empty()) {
-                return Ok((id, source));
+                return usable(id, source).map(|id| (id, source));
             }
         }
         Err(format!("no message id found (tried {self})"))
     }
+}
+
+/// The longest message id the inbox keeps (its key must fit a btree index entry).
+pub const MAX_MESSAGE_ID_BYTES: usize = 1024;
+
+/// An id PostgreSQL `text` cannot hold, or too long for the inbox key, makes the
+/// record unusable (it is set aside) rather than failing its claim for ever.
+fn usable(id: String, source: &IdSource) -> Result<String, String> {
+    if id.contains('\0') {
+        return Err(format!("the message id from {source} contains a NUL byte, which PostgreSQL text cannot hold"));
+    }
+    if id.len() > MAX_MESSAGE_ID_BYTES {
+        return Err(format!(
+            "the message id from {source} is {} bytes long (at most {MAX_MESSAGE_ID_BYTES})",
+            id.len()
+        ));
+    }
+    Ok(id)
 }
 
 impl fmt::Display for IdSource {
@@ -118,6 +136,16 @@ mod tests {
             key: key.into(),
             value: Some(value.as_bytes().to_vec()),
         }
+    }
+
+    #[test]
+    fn an_id_with_a_nul_byte_or_too_long_is_refused_not_replaced() {
+        let sources: IdSources = "header:id,coordinates".parse().unwrap();
+        let nul = sources.extract(&[header("id", "a\0b")], b"", || "t-0-1".into());
+        assert!(nul.unwrap_err().contains("NUL byte"));
+        let long = "x".repeat(MAX_MESSAGE_ID_BYTES + 1);
+        let too_long = sources.extract(&[header("id", &long)], b"", || "t-0-1".into());
+        assert!(too_long.unwrap_err().contains("1025 bytes long"));
     }
 
     #[test]

@@ -1,12 +1,11 @@
 //! The host side of the WIT `db` interface: every call runs on the message's
 //! inbox transaction, through sqlx's extended protocol.
 
-use std::time::Instant;
-
 use super::bindings::inbox::host::{db, types};
 use super::bindings::{DbError, Rows, Value};
 use super::db_values::{
-    bind_all, host_error, keyed_sql, rows_to_values, RESULT_TOO_LARGE, STATEMENT_REFUSED,
+    bind_all, column_names, host_error, keyed_sql, param_bytes, row_footprint, row_values,
+    INVALID_PARAMETER, RESULT_TOO_LARGE, STATEMENT_REFUSED,
 };
 use super::state::GuestState;
 use crate::inbox::Tx;
@@ -34,9 +33,9 @@ impl db::Host for GuestState {
             Err(e) => return Ok(Err(e)),
         };
         let tx = transaction(&mut self.tx)?;
-        let waiting = Instant::now();
+        self.clock.db_wait_begins();
         let done = query.execute(&mut **tx).await;
-        self.waited += waiting.elapsed();
+        self.clock.db_wait_ends();
         self.settle(done.map(|r| r.rows_affected()))
     }
 
@@ -54,12 +53,17 @@ impl db::Host for GuestState {
             Err(e) => return Ok(Err(e)),
         };
         let tx = transaction(&mut self.tx)?;
-        let waiting = Instant::now();
+        self.clock.db_wait_begins();
         let fetched = fetch_bounded(query, tx).await;
-        self.waited += waiting.elapsed();
+        self.clock.db_wait_ends();
         match fetched {
-            Ok(Ok(rows)) => Ok(rows_to_values(&rows).map(|(columns, rows)| Rows { columns, rows })),
-            Ok(Err(too_large)) => Ok(Err(too_large)),
+            Ok(Ok(rows)) => Ok(Ok(rows)),
+            // The statement ran (and may have written) before its result was
+            // refused: like a failed statement, the transaction will not commit.
+            Ok(Err(refused)) => {
+                self.failed_statement.get_or_insert_with(|| refused.clone());
+                Ok(Err(refused))
+            }
             Err(e) => self.settle(Err(e)),
         }
     }
@@ -70,6 +74,7 @@ impl GuestState {
     /// parameter types). A refusal is remembered so the failure is classified as a
     /// broken rule.
     fn admit(&mut self, sql: &str, params: &[Value]) -> Result<String, DbError> {
+        self.admit_params(params)?;
         if sql.len() > MAX_STATEMENT_BYTES {
             let refused = host_error(
                 STATEMENT_REFUSED,
@@ -87,11 +92,49 @@ impl GuestState {
                     STATEMENT_REFUSED,
                     format!("{} [rule: {}]", v.message, v.rule),
                 );
-                tracing::warn!(rule = v.rule, "guest statement refused: {}", v.message);
+                self.log_refusal(&refused);
                 self.refused_statement
                     .get_or_insert_with(|| refused.clone());
                 refused
             })
+    }
+
+    /// Parameters are bounded per statement and per message before anything
+    /// is sent (IH002).
+    fn admit_params(&mut self, params: &[Value]) -> Result<(), DbError> {
+        let bytes: usize = params.iter().map(param_bytes).sum();
+        let per_statement = self.max_param_bytes;
+        if bytes > per_statement {
+            return Err(host_error(
+                INVALID_PARAMETER,
+                format!("the parameters hold {bytes} bytes, more than --max-param-bytes ({per_statement}) per statement"),
+            ));
+        }
+        let per_message = per_statement.saturating_mul(PARAM_BYTES_PER_MESSAGE_FACTOR);
+        self.param_bytes += bytes;
+        if self.param_bytes > per_message {
+            return Err(host_error(
+                INVALID_PARAMETER,
+                format!(
+                    "this message's statements have sent {} bytes of parameters, more than \
+                     {PARAM_BYTES_PER_MESSAGE_FACTOR} x --max-param-bytes ({per_message})",
+                    self.param_bytes
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The first few refusals of a message are logged whole (bounded); the rest
+    /// are counted and summed up once when the message ends.
+    fn log_refusal(&mut self, refused: &DbError) {
+        self.refusals += 1;
+        if self.refusals <= LOGGED_REFUSALS {
+            tracing::warn!(
+                "guest statement refused: {}",
+                crate::inbox::storable_text(&refused.message, LOGGED_TEXT_BYTES)
+            );
+        }
     }
 
     /// Turns a statement's result into what the guest sees, remembering the first
@@ -105,14 +148,37 @@ impl GuestState {
             Err(sqlx::Error::Database(e)) => {
                 let error = DbError {
                     code: e.code().map(|c| c.into_owned()).unwrap_or_default(),
-                    message: e.message().to_string(),
+                    message: crate::inbox::storable_text(e.message(), crate::inbox::MAX_FAILURE_TEXT),
                 };
                 self.failed_statement.get_or_insert_with(|| error.clone());
                 Ok(Err(error))
             }
-            Err(e) => Err(ConnectionLost(e).into()),
+            Err(e) if lost_connection(&e) => Err(ConnectionLost(e).into()),
+            // The statement and its parameters did not fit the protocol or their
+            // types (the guest's doing, not the network's): the statement failed.
+            Err(e) => {
+                let error = host_error(
+                    INVALID_PARAMETER,
+                    format!("the statement could not be run with these parameters: {e}"),
+                );
+                self.failed_statement.get_or_insert_with(|| error.clone());
+                Ok(Err(error))
+            }
         }
     }
+}
+
+/// Whether an error means the connection itself is gone (the message is retried)
+/// rather than that this statement could not run.
+fn lost_connection(e: &sqlx::Error) -> bool {
+    matches!(
+        e,
+        sqlx::Error::Io(_)
+            | sqlx::Error::Tls(_)
+            | sqlx::Error::PoolTimedOut
+            | sqlx::Error::PoolClosed
+            | sqlx::Error::WorkerCrashed
+    )
 }
 
 /// The most a query may return to a guest, so a hostile `SELECT` cannot make the
@@ -120,22 +186,34 @@ impl GuestState {
 const MAX_ROWS: usize = 100_000;
 const MAX_RESULT_BYTES: usize = 16 << 20;
 
-/// Fetches rows until the result ends or passes a bound; past it, the guest gets
-/// `IH004` (the rest of the result is discarded by the connection).
+/// Refusals logged whole per message, and the bytes of each kept in the log.
+pub(super) const LOGGED_REFUSALS: u32 = 3;
+const LOGGED_TEXT_BYTES: usize = 512;
+
+/// A message's statements may send this many times `--max-param-bytes` in all.
+pub(super) const PARAM_BYTES_PER_MESSAGE_FACTOR: usize = 16;
+
+/// Fetches and converts rows one at a time until the result ends or passes a
+/// bound; past it, the guest gets `IH004` (the rest of the result is discarded
+/// by the connection). The bound counts what the host holds: every value, NULLs
+/// included, and each row's own overhead.
 async fn fetch_bounded(
     query: sqlx::query::Query<'_, sqlx::Postgres, sqlx::postgres::PgArguments>,
     tx: &mut Tx,
-) -> Result<Result<Vec<sqlx::postgres::PgRow>, DbError>, sqlx::Error> {
+) -> Result<Result<Rows, DbError>, sqlx::Error> {
     use futures_util::TryStreamExt;
-    use sqlx::Row;
     let mut stream = query.fetch(&mut **tx);
-    let (mut rows, mut bytes) = (Vec::new(), 0usize);
+    let (mut columns, mut rows, mut bytes) = (Vec::new(), Vec::new(), 0usize);
     while let Some(row) = stream.try_next().await? {
-        bytes += (0..row.len())
-            .filter_map(|i| row.try_get_raw(i).ok())
-            .map(|v| v.as_bytes().map_or(0, <[u8]>::len))
-            .sum::<usize>();
-        rows.push(row);
+        if rows.is_empty() {
+            columns = column_names(&row);
+        }
+        let values = match row_values(&row) {
+            Ok(values) => values,
+            Err(unsupported) => return Ok(Err(unsupported)),
+        };
+        bytes += row_footprint(&values);
+        rows.push(values);
         if rows.len() > MAX_ROWS || bytes > MAX_RESULT_BYTES {
             return Ok(Err(host_error(
                 RESULT_TOO_LARGE,
@@ -143,7 +221,7 @@ async fn fetch_bounded(
             )));
         }
     }
-    Ok(Ok(rows))
+    Ok(Ok(Rows { columns, rows }))
 }
 
 /// Longer guest statements are refused before parsing (parse time grows with size).

@@ -19,8 +19,12 @@ pub struct SandboxLimits {
     /// 10 ms). Time waiting on `db` calls does not count: `statement_timeout`
     /// bounds those, since an epoch cannot interrupt a host await.
     pub deadline: Duration,
-    /// The most linear memory a guest instance may have, in bytes.
+    /// The most linear memory a guest may have, in bytes: all memories of all
+    /// its instances together.
     pub memory_bytes: usize,
+    /// The most bytes of parameters one statement may send; a message's
+    /// statements together may send 16 times this.
+    pub max_param_bytes: usize,
     /// The most native stack wasm code may use, in bytes.
     pub max_stack_bytes: usize,
     /// Bytes of stdout and of stderr kept per message for the host log.
@@ -35,6 +39,7 @@ impl Default for SandboxLimits {
         Self {
             deadline: Duration::from_secs(5),
             memory_bytes: 64 << 20,
+            max_param_bytes: 1 << 20,
             max_stack_bytes: 512 << 10,
             output_bytes: 256 << 10,
             check_sql: true,

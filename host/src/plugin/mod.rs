@@ -5,6 +5,7 @@
 //! [`crate::inbox::Handler`] for a loaded plugin; the runner decides when to commit.
 
 mod bindings;
+mod clock;
 mod db_host;
 mod db_values;
 mod engine;

@@ -4,10 +4,20 @@
 use wasmtime::{Store, Trap, UpdateDeadline};
 
 use super::bindings::{Event, Header};
-use super::db_host::ConnectionLost;
+use super::db_host::{ConnectionLost, LOGGED_REFUSALS};
 use super::loader::{LoadError, Plugin};
 use super::state::GuestState;
-use crate::inbox::{FailureKind, Handler, HandlerError, Message, Tx};
+use crate::inbox::{storable_text, FailureKind, Handler, HandlerError, Message, Tx};
+
+/// Guest output logged per message: lines, bytes in all, and bytes per line.
+const LOGGED_OUTPUT_LINES: usize = 20;
+const LOGGED_OUTPUT_BYTES: usize = 8 << 10;
+const LOGGED_LINE_BYTES: usize = 1024;
+
+/// The guest was still blocked in a host call when its deadline passed.
+#[derive(Debug, thiserror::Error)]
+#[error("guest was blocked in a host call (such as a sleep) past its deadline and was cancelled")]
+struct BlockedPastDeadline;
 
 impl Handler for Plugin {
     fn version(&self) -> &str {
@@ -16,11 +26,17 @@ impl Handler for Plugin {
 
     async fn handle(&self, message: &Message, tx: Tx) -> (Tx, Result<(), HandlerError>) {
         let mut store = self.new_store(Some(tx));
-        let returned = async {
+        let clock = store.data().clock.clone();
+        let call = async {
             let instance = self.pre.instantiate_async(&mut store).await?;
             instance.call_handle(&mut store, &event_of(message)).await
-        }
-        .await;
+        };
+        // The epoch stops a guest running wasm; a guest blocked in a host call
+        // (a WASI sleep) is stopped here, its call dropped.
+        let returned = tokio::select! {
+            returned = call => returned,
+            () = clock.reaches(self.runtime.limits.deadline) => Err(BlockedPastDeadline.into()),
+        };
         let state = store.into_data();
         self.log_output(&state, message);
         let verdict = match returned {
@@ -81,7 +97,7 @@ impl Plugin {
         let deadline = limits.deadline;
         store.set_epoch_deadline(1);
         store.epoch_deadline_callback(move |ctx| {
-            Ok(if ctx.data().ran_for() >= deadline {
+            Ok(if ctx.data().clock.ran_for() >= deadline {
                 UpdateDeadline::Interrupt
             } else {
                 UpdateDeadline::Yield(1)
@@ -90,20 +106,38 @@ impl Plugin {
         store
     }
 
+    /// Logs what the guest printed, bounded per message: the first lines, each
+    /// escaped and marked as the guest's, then one line counting the rest.
     fn log_output(&self, state: &GuestState, message: &Message) {
+        let (mut logged, mut logged_bytes, mut left_out) = (0, 0, 0);
         for (stream, pipe) in [("stdout", &state.stdout), ("stderr", &state.stderr)] {
             let bytes = pipe.contents();
             for line in String::from_utf8_lossy(&bytes)
                 .lines()
                 .filter(|l| !l.is_empty())
             {
+                if logged == LOGGED_OUTPUT_LINES || logged_bytes >= LOGGED_OUTPUT_BYTES {
+                    left_out += 1;
+                    continue;
+                }
+                let line = storable_text(line, LOGGED_LINE_BYTES);
+                logged += 1;
+                logged_bytes += line.len();
                 tracing::info!(
                     plugin = %self.name,
-                    stream,
                     message_id = %message.message_id,
-                    "{line}"
+                    "guest {stream}: {line}"
                 );
             }
+        }
+        if left_out > 0 {
+            tracing::info!(plugin = %self.name, message_id = %message.message_id,
+                "guest output: {left_out} more lines not logged (at most {LOGGED_OUTPUT_LINES} lines, {LOGGED_OUTPUT_BYTES} bytes per message)");
+        }
+        let unlogged_refusals = state.refusals.saturating_sub(LOGGED_REFUSALS);
+        if unlogged_refusals > 0 {
+            tracing::warn!(plugin = %self.name, message_id = %message.message_id,
+                "guest statement refused: {unlogged_refusals} more refusals in this message not logged");
         }
     }
 }
@@ -133,6 +167,9 @@ fn classify(error: &wasmtime::Error, state: &GuestState) -> HandlerError {
     if let Some(lost) = error.downcast_ref::<ConnectionLost>() {
         return HandlerError::new(FailureKind::Database, true, lost.to_string());
     }
+    if let Some(blocked) = error.downcast_ref::<BlockedPastDeadline>() {
+        return HandlerError::new(FailureKind::Deadline, true, blocked.to_string());
+    }
     if state.memory.refused {
         return HandlerError::new(
             FailureKind::Memory,
@@ -153,16 +190,27 @@ fn classify(error: &wasmtime::Error, state: &GuestState) -> HandlerError {
         ),
         Some(Trap::UnreachableCodeReached) => {
             let stderr = state.stderr.contents();
-            let said = String::from_utf8_lossy(&stderr);
-            let last = said
-                .lines()
-                .rev()
-                .find(|l| !l.trim().is_empty())
-                .unwrap_or("no message");
-            HandlerError::new(FailureKind::Panic, false, format!("guest panicked: {last}"))
+            let said = panic_message(&String::from_utf8_lossy(&stderr));
+            HandlerError::new(FailureKind::Panic, false, format!("guest panicked: {said}"))
         }
         _ => HandlerError::new(FailureKind::Trap, false, format!("guest trapped: {detail}")),
     }
+}
+
+/// What a guest said when it panicked: Rust's `panicked at <place>:` line and
+/// the message after it (not the `note: run with RUST_BACKTRACE=1` hint that
+/// follows); for other languages, the last line it wrote.
+fn panic_message(stderr: &str) -> String {
+    let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+    if let Some(at) = lines.iter().rposition(|l| l.contains("panicked at")) {
+        return lines[at..]
+            .iter()
+            .take_while(|l| !l.starts_with("note: run with `RUST_BACKTRACE"))
+            .copied()
+            .collect::<Vec<_>>()
+            .join(" ");
+    }
+    lines.last().map_or_else(|| "no message".into(), |l| (*l).to_string())
 }
 
 /// A handler that failed or panicked after the host refused one of its
@@ -178,6 +226,19 @@ fn blame_refusal(error: HandlerError, state: &GuestState) -> HandlerError {
             ),
         ),
         _ => error,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::panic_message;
+
+    #[test]
+    fn a_rust_panic_is_named_by_its_message_not_the_backtrace_hint() {
+        let stderr = "\nthread '<unnamed>' panicked at src/lib.rs:9:5:\nbad order 7\nnote: run with `RUST_BACKTRACE=1` environment variable to display a backtrace\n";
+        assert_eq!(panic_message(stderr), "thread '<unnamed>' panicked at src/lib.rs:9:5: bad order 7");
+        assert_eq!(panic_message("Traceback...\nValueError: x\n"), "ValueError: x");
+        assert_eq!(panic_message(""), "no message");
     }
 }
 

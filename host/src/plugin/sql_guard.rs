@@ -32,6 +32,7 @@ const SERVER: &str = "it acts on the server or on other sessions, outside this t
 const FILES: &str = "it reaches the server's file system";
 const DYNAMIC: &str = "it runs a SQL string that this check cannot see";
 const OUTSIDE: &str = "it reaches outside the inbox transaction";
+const EARLIER: &str = "it shows SQL that earlier messages sent on this connection";
 
 /// Functions refused wherever they are called, by unqualified lower-case name.
 const DENIED_FUNCTIONS: &[(&str, &str)] = &[
@@ -57,6 +58,8 @@ const DENIED_FUNCTIONS: &[(&str, &str)] = &[
     ("loread", FILES),   // large-object I/O (see lo_)
     ("lowrite", FILES),  // large-object I/O (see lo_)
     ("pg_drop_replication_slot", SERVER), // drops a replication slot, outside the transaction
+    ("setseed", SESSION), // seeds random() for the session: the next message's values would be predictable
+    ("pg_prepared_statement", EARLIER), // the session's prepared statements: other messages' SQL
     ("query_to_xml", DYNAMIC), // executes its query string
     ("query_to_xmlschema", DYNAMIC), // same
     ("query_to_xml_and_xmlschema", DYNAMIC), // same
@@ -91,8 +94,36 @@ const DENIED_PREFIXES: &[(&str, &str)] = &[
     ("pg_wal_replay_", SERVER),  // pauses or resumes recovery
 ];
 
+/// The stack of the thread a statement is checked on. PostgreSQL's parser and
+/// the tree's decoding recurse as deep as the statement nests, which a guest
+/// chooses: on a worker's (or a guest fiber's) stack of a few MiB, a crafted
+/// statement could overflow it and abort the process. Pages are only touched
+/// as deep as a check goes.
+const CHECK_STACK_BYTES: usize = 256 << 20;
+
 /// Checks one guest statement. Ok means it may run inside the inbox transaction.
+///
+/// Runs on a thread of its own with a deep stack (see [`CHECK_STACK_BYTES`]);
+/// callers remember verdicts, so only statements not seen before pay for it.
 pub fn check(sql: &str) -> Result<(), Violation> {
+    let unchecked = |why: String| {
+        violation(
+            "syntax",
+            format!("the statement could not be checked ({why}): simplify it"),
+        )
+    };
+    std::thread::scope(|scope| {
+        std::thread::Builder::new()
+            .name("sql-check".into())
+            .stack_size(CHECK_STACK_BYTES)
+            .spawn_scoped(scope, || check_here(sql))
+            .map_err(|e| unchecked(e.to_string()))?
+            .join()
+            .unwrap_or_else(|_| Err(unchecked("the check panicked".into())))
+    })
+}
+
+fn check_here(sql: &str) -> Result<(), Violation> {
     let parsed = pg_query::parse(sql, 0).map_err(|e| syntax_violation(sql, e))?;
     let stmt = match parsed.protobuf.stmts.as_slice() {
         [only] => only.stmt.as_ref().and_then(|n| n.node.as_ref()),
@@ -242,6 +273,12 @@ fn walk(value: &Value) -> Result<(), Violation> {
 }
 
 fn check_relation(schema: &str, relname: &str) -> Result<(), Violation> {
+    if relname.eq_ignore_ascii_case("pg_prepared_statements") {
+        return Err(violation(
+            "function",
+            format!("{relname} is not allowed: {EARLIER}"),
+        ));
+    }
     if schema.eq_ignore_ascii_case(HOST_SCHEMA) {
         return Err(violation(
             "host-schema",
@@ -346,13 +383,21 @@ fn error_offset(sql: &str, message: &str) -> Option<usize> {
         Err(_) => sql.match_indices(near).map(|(i, _)| i).collect(),
     };
     // When the token occurs more than once, the first one whose prefix fails the
-    // same way is where the parser stopped: a shorter prefix only runs out of input.
+    // same way is where the parser stopped: a shorter prefix only runs out of input,
+    // a longer one stops there too. So the answer is a partition point, found
+    // with a logarithmic number of parses (a linear search made a statement
+    // repeating the token take seconds to refuse).
+    // The parser alone (no tree built and decoded) answers the question.
+    let fails_here = |start: &usize| {
+        let prefix = sql.get(..start + near.len()).unwrap_or(sql);
+        matches!(pg_query::split_with_parser(prefix), Err(pg_query::Error::Split(m)) if m == message)
+    };
     match candidates.as_slice() {
         [only] => Some(*only),
-        _ => candidates.into_iter().find(|&start| {
-            let prefix = sql.get(..start + near.len()).unwrap_or(sql);
-            matches!(pg_query::parse(prefix, 0), Err(pg_query::Error::Parse(m)) if m == message)
-        }),
+        _ => {
+            let at = candidates.partition_point(|start| !fails_here(start));
+            candidates.get(at).copied()
+        }
     }
 }
 
@@ -593,6 +638,46 @@ mod tests {
             (deep.rule, deep.message.contains("nested too deeply")),
             ("syntax", true)
         );
+    }
+
+    /// Statements built to be slow to check, each 64 KiB (the longest accepted):
+    /// a syntax error after thousands of copies of its token, deep nesting of
+    /// each kind, long lists. Each must be checked in milliseconds.
+    fn adversarial_statements(bytes: usize) -> Vec<(&'static str, String)> {
+        let fill = |head: &str, unit: &str, tail: &str| {
+            let n = (bytes - head.len() - tail.len()) / unit.len();
+            format!("{head}{}{tail}", unit.repeat(n))
+        };
+        vec![
+            ("repeated error token", fill("SELECT t", ", t", " t t")),
+            ("parentheses", {
+                let n = bytes / 2 - 8;
+                format!("SELECT {}1{}", "(".repeat(n), ")".repeat(n))
+            }),
+            ("operators", fill("SELECT 1", "+1", "")),
+            ("unary minus", fill("SELECT ", "- ", "1")),
+            ("NOT", fill("SELECT ", "NOT ", "true")),
+            ("IN list", fill("SELECT 1 WHERE 1 IN (1", ",1", ")")),
+            ("CASE", fill("SELECT CASE", " WHEN true THEN 1", " END")),
+            ("subqueries", {
+                let n = bytes / 16;
+                format!("SELECT {}1{}", "(SELECT ".repeat(n), ")".repeat(n))
+            }),
+            ("unterminated", fill("SELECT '", "x", "")),
+        ]
+    }
+
+    #[test]
+    fn statements_made_to_be_slow_are_checked_in_milliseconds() {
+        for (what, sql) in adversarial_statements(64 << 10) {
+            let started = std::time::Instant::now();
+            let verdict = check(&sql);
+            let took = started.elapsed();
+            println!("{what}: {took:?} {:?}", verdict.as_ref().map_err(|v| v.rule));
+            // Generous for a debug build on a loaded machine (a release build
+            // takes a fraction); the quadratic check took 16-26 s at 1/40 of this size.
+            assert!(took < std::time::Duration::from_secs(2), "{what}: {took:?}");
+        }
     }
 
     /// `cargo test -p inbox-host --lib sql_guard -- --ignored --nocapture`

@@ -1,5 +1,4 @@
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use wasmtime::component::ResourceTable;
 use wasmtime::ResourceLimiter;
@@ -7,6 +6,7 @@ use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
 use super::bindings::DbError;
+use super::clock::GuestClock;
 use super::engine::SandboxLimits;
 use super::sql_checks::CheckedStatements;
 use crate::inbox::Tx;
@@ -18,14 +18,17 @@ pub(crate) struct GuestState {
     pub tx: Option<Tx>,
     /// The first statement PostgreSQL rejected: it aborted the transaction.
     pub failed_statement: Option<DbError>,
-    /// When the guest started, and how long it has since spent waiting on `db`
-    /// calls: the CPU deadline counts only the difference.
-    pub started: Instant,
-    pub waited: Duration,
+    /// How long the guest has run, not counting its waits on `db` calls.
+    pub clock: GuestClock,
     /// The first statement the host refused (it was not sent): a failure after it
     /// is classified `db-rule`.
     pub refused_statement: Option<DbError>,
     pub statements: Arc<CheckedStatements>,
+    /// Parameter bytes allowed per statement, and sent so far by this message.
+    pub max_param_bytes: usize,
+    pub param_bytes: usize,
+    /// Statements the host refused for this message (only the first few are logged).
+    pub refusals: u32,
     pub memory: MemoryCap,
     pub stdout: MemoryOutputPipe,
     pub stderr: MemoryOutputPipe,
@@ -50,23 +53,18 @@ impl GuestState {
         Self {
             tx,
             failed_statement: None,
-            started: Instant::now(),
-            waited: Duration::ZERO,
+            clock: GuestClock::start(),
             refused_statement: None,
             statements,
+            max_param_bytes: limits.max_param_bytes,
+            param_bytes: 0,
+            refusals: 0,
             memory: MemoryCap::new(limits.memory_bytes),
             stdout,
             stderr,
             wasi,
             table: ResourceTable::new(),
         }
-    }
-}
-
-impl GuestState {
-    /// Time the guest has run wasm, excluding waits on the database.
-    pub fn ran_for(&self) -> Duration {
-        self.started.elapsed().saturating_sub(self.waited)
     }
 }
 
@@ -79,10 +77,14 @@ impl WasiView for GuestState {
     }
 }
 
-/// A memory cap that remembers whether it refused a growth, so the trap can be
-/// classified as *memory* rather than a generic trap.
+/// A cap on everything a guest's store holds, across all its instances: the
+/// bytes of all linear memories together, the elements of all tables together,
+/// and how many instances, memories and tables there are. It remembers whether
+/// it refused a growth, so the trap is classified as *memory*.
 pub(crate) struct MemoryCap {
     max_bytes: usize,
+    bytes: usize,
+    elements: usize,
     pub refused: bool,
 }
 
@@ -90,34 +92,62 @@ impl MemoryCap {
     fn new(max_bytes: usize) -> Self {
         Self {
             max_bytes,
+            bytes: 0,
+            elements: 0,
             refused: false,
         }
     }
 }
 
+/// Instances, memories and tables one store may create (a component built from
+/// another language holds a few dozen core instances at most).
+const MAX_INSTANCES: usize = 64;
+const MAX_MEMORIES: usize = 16;
+const MAX_TABLES: usize = 64;
+
 impl ResourceLimiter for MemoryCap {
     fn memory_growing(
         &mut self,
-        _current: usize,
+        current: usize,
         desired: usize,
         _maximum: Option<usize>,
     ) -> wasmtime::Result<bool> {
-        if desired > self.max_bytes {
+        // `current` is 0 when a memory is created, so the sum covers every memory.
+        let total = self.bytes - current.min(self.bytes) + desired;
+        if total > self.max_bytes {
             self.refused = true;
             wasmtime::bail!(
-                "guest memory would grow to {desired} bytes, past its cap of {} bytes",
+                "guest memories would grow to {total} bytes together, past the cap of {} bytes",
                 self.max_bytes
             );
         }
+        self.bytes = total;
         Ok(true)
     }
 
     fn table_growing(
         &mut self,
-        _current: usize,
+        current: usize,
         desired: usize,
         _maximum: Option<usize>,
     ) -> wasmtime::Result<bool> {
-        Ok(desired <= super::engine::MAX_TABLE_ELEMENTS)
+        let total = self.elements - current.min(self.elements) + desired;
+        if total > super::engine::MAX_TABLE_ELEMENTS {
+            return Ok(false);
+        }
+        self.elements = total;
+        Ok(true)
+    }
+
+    fn instances(&self) -> usize {
+        MAX_INSTANCES
+    }
+
+    fn memories(&self) -> usize {
+        MAX_MEMORIES
+    }
+
+    fn tables(&self) -> usize {
+        MAX_TABLES
     }
 }
