@@ -29,6 +29,17 @@ CREATE TABLE IF NOT EXISTS typed_probe (
     first  text,
     second text
 );
+-- The hostile plugin's: what it read back, and a row it locks.
+CREATE TABLE IF NOT EXISTS hostile_seen (
+    message_id text,
+    what       text,
+    value      text
+);
+CREATE TABLE IF NOT EXISTS hostile_target (
+    id      integer PRIMARY KEY,
+    touched integer NOT NULL DEFAULT 0
+);
+INSERT INTO hostile_target (id) VALUES (1) ON CONFLICT DO NOTHING;
 GRANT SELECT, INSERT, UPDATE, DELETE
-    ON invoices, handler_calls, sandbox_probe, typed_probe
+    ON invoices, handler_calls, sandbox_probe, typed_probe, hostile_seen, hostile_target
     TO inbox_guest;

@@ -2,6 +2,7 @@
 
 mod batching;
 mod cli;
+mod hostile;
 mod hot_swap;
 mod inbox_core;
 mod kafka_runner;

@@ -171,6 +171,28 @@ async fn roles_and_settings_cannot_be_changed() {
     .await;
 }
 
+/// What an earlier message left on a pooled connection stays out of reach: the
+/// SQL text sqlx keeps prepared (with its literals), and the random seed.
+#[tokio::test]
+async fn earlier_messages_sql_and_the_random_seed_are_out_of_reach() {
+    let arena = Arena::new().await;
+    let earlier = Message {
+        payload: b"INSERT INTO invoices (order_id, amount) VALUES ('card 4111-1111', 1)".to_vec(),
+        ..order("earlier", 1)
+    };
+    assert_eq!(arena.runner.process(&earlier, &load("sql-runner")).await, Outcome::Processed);
+    for sql in [
+        "query:SELECT statement FROM pg_prepared_statements",
+        "query:SELECT statement FROM pg_catalog.pg_prepared_statements",
+        "query:SELECT * FROM pg_prepared_statement()",
+        "query:SELECT setseed(0.5)",
+        "query:SELECT * FROM (SELECT setseed(0.5)) s",
+    ] {
+        let message = arena.repel(sql).await;
+        assert!(message.contains("IH001"), "`{sql}`: {message}");
+    }
+}
+
 #[tokio::test]
 async fn the_inbox_table_cannot_be_read_changed_or_shadowed() {
     refused(&[

@@ -28,7 +28,7 @@ impl db::Host for GuestState {
             Ok(keyed) => keyed,
             Err(refused) => return Ok(Err(refused)),
         };
-        let query = match bind_all(sqlx::query(&sql), params) {
+        let query = match bind_all(guest_statement(&sql), params) {
             Ok(q) => q,
             Err(e) => return Ok(Err(e)),
         };
@@ -48,7 +48,7 @@ impl db::Host for GuestState {
             Ok(keyed) => keyed,
             Err(refused) => return Ok(Err(refused)),
         };
-        let query = match bind_all(sqlx::query(&sql), params) {
+        let query = match bind_all(guest_statement(&sql), params) {
             Ok(q) => q,
             Err(e) => return Ok(Err(e)),
         };
@@ -226,6 +226,14 @@ async fn fetch_bounded(
 
 /// Longer guest statements are refused before parsing (parse time grows with size).
 const MAX_STATEMENT_BYTES: usize = 64 << 10;
+
+/// Statements longer than this are not kept prepared on the connection: sqlx
+/// caches up to 100 per connection by text, and guests choose the text.
+const CACHED_STATEMENT_BYTES: usize = 4 << 10;
+
+fn guest_statement(sql: &str) -> sqlx::query::Query<'_, sqlx::Postgres, sqlx::postgres::PgArguments> {
+    sqlx::query(sql).persistent(sql.len() <= CACHED_STATEMENT_BYTES)
+}
 
 fn transaction(tx: &mut Option<Tx>) -> wasmtime::Result<&mut Tx> {
     tx.as_mut()

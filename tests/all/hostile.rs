@@ -1,0 +1,236 @@
+//! A hostile plugin against the host: each attack must end as a failure of its
+//! message (or a dead letter) within a bound, with the host unharmed, its locks
+//! released and nothing committed that should not be. One attack per payload of
+//! the `hostile` plugin (plugins/hostile); docs/security.md lists them.
+
+use std::time::{Duration, Instant};
+
+use inbox_host::inbox::{self, FailureKind, Message, Outcome, Runner, RunnerSettings, Strategy};
+use inbox_host::plugin::{Plugin, Runtime, SandboxLimits};
+use inbox_host_tests::host::Host;
+use inbox_host_tests::stage::Stage;
+use inbox_host_tests::{order, plugin, wait_until, TestDb};
+
+const LONG: Duration = Duration::from_secs(120);
+
+fn hostile(deadline: Duration) -> Plugin {
+    let limits = SandboxLimits {
+        deadline,
+        ..SandboxLimits::default()
+    };
+    let runtime = Runtime::new(limits).expect("runtime");
+    Plugin::load(&runtime, &plugin("hostile")).expect("plugin loads")
+}
+
+fn runner(db: &TestDb, transaction_timeout: Duration) -> Runner {
+    Runner::new(
+        db.pool.clone(),
+        RunnerSettings {
+            group: "billing".into(),
+            worker_id: "hostile-test".into(),
+            strategy: Strategy::ExactlyOnceInbox,
+            lock_timeout: Duration::from_millis(300),
+            statement_timeout: Duration::from_secs(1),
+            transaction_timeout,
+            guest_role: Some(inbox::DEFAULT_GUEST_ROLE.into()),
+        },
+    )
+}
+
+fn attack(id: &str, payload: &str) -> Message {
+    Message {
+        payload: payload.as_bytes().to_vec(),
+        ..order(id, 1)
+    }
+}
+
+async fn failure(runner: &Runner, plugin: &Plugin, id: &str, payload: &str) -> inbox::HandlerError {
+    match runner.process(&attack(id, payload), plugin).await {
+        Outcome::Failed(error) => error,
+        other => panic!("`{payload}` was not a failure: {other:?}"),
+    }
+}
+
+/// How long until another session can take the row lock the attack held.
+async fn lock_free_after(db: &TestDb, started: Instant) -> Duration {
+    let mut tx = db.pool.begin().await.expect("begin");
+    sqlx::query("SET LOCAL lock_timeout = '10s'")
+        .execute(&mut *tx)
+        .await
+        .expect("lock_timeout");
+    sqlx::query("UPDATE hostile_target SET touched = touched WHERE id = 1")
+        .execute(&mut *tx)
+        .await
+        .expect("the row lock is released");
+    tx.rollback().await.expect("rollback");
+    started.elapsed()
+}
+
+#[tokio::test]
+async fn reading_infinite_timestamps_does_not_panic_the_host_and_they_bind_back() {
+    let db = TestDb::start().await;
+    let runner = runner(&db, Duration::from_secs(30));
+    let plugin = hostile(Duration::from_secs(5));
+    assert_eq!(
+        runner.process(&attack("ts", "timestamps"), &plugin).await,
+        Outcome::Processed
+    );
+    let seen: Vec<(String, String)> =
+        sqlx::query_as("SELECT what, value FROM hostile_seen WHERE message_id = 'ts' ORDER BY what")
+            .fetch_all(&db.pool)
+            .await
+            .expect("rows");
+    let (max, min) = (format!("Timestamp({})", i64::MAX), format!("Timestamp({})", i64::MIN));
+    let expected = vec![
+        ("bound".to_string(), r#"[Text("infinity"), Text("-infinity")]"#.to_string()),
+        ("read 0".into(), max.clone()),
+        ("read 1".into(), min.clone()),
+        ("read 2".into(), max),
+        ("read 3".into(), min),
+    ];
+    assert_eq!(seen, expected);
+
+    // A time past what the interface carries is the guest's error (IH003 naming
+    // the column), not the host's panic.
+    let error = failure(&runner, &plugin, "ts-max", "timestamp-max").await;
+    assert!(error.message.contains("IH003") && error.message.contains("`last`"), "{error:?}");
+    assert_eq!(
+        runner.process(&attack("ts-again", "timestamps"), &plugin).await,
+        Outcome::Processed,
+        "the host still handles messages"
+    );
+}
+
+#[tokio::test]
+async fn a_guest_sleeping_in_a_wasi_call_is_cancelled_at_its_deadline_and_its_lock_released() {
+    let db = TestDb::start().await;
+    let runner = runner(&db, Duration::from_secs(30));
+    let started = Instant::now();
+    let error = failure(&runner, &hostile(Duration::from_millis(500)), "sleeper", "sleep 30000").await;
+    assert_eq!(error.kind, FailureKind::Deadline, "{error:?}");
+    let free = lock_free_after(&db, started).await;
+    eprintln!("a 30 s sleep under a 0.5 s deadline: lock free after {free:?}");
+    assert!(free < Duration::from_secs(3), "{free:?}");
+}
+
+#[tokio::test]
+async fn a_guest_sleeping_past_the_transaction_timeout_is_cancelled_and_its_lock_released() {
+    let db = TestDb::start().await;
+    let runner = runner(&db, Duration::from_secs(2));
+    let started = Instant::now();
+    let error = failure(&runner, &hostile(Duration::from_secs(60)), "sleeper", "sleep 30000").await;
+    assert_eq!(error.kind, FailureKind::Deadline, "{error:?}");
+    assert!(error.message.contains("--transaction-timeout-ms"), "{error:?}");
+    let free = lock_free_after(&db, started).await;
+    eprintln!("a 30 s sleep under a 2 s transaction timeout: lock free after {free:?}");
+    assert!(free < Duration::from_secs(4), "{free:?}");
+}
+
+#[tokio::test]
+async fn a_guest_running_statements_for_ever_is_cut_off_by_the_transaction_timeout() {
+    let db = TestDb::start().await;
+    let runner = runner(&db, Duration::from_secs(2));
+    let started = Instant::now();
+    let error = failure(&runner, &hostile(Duration::from_secs(60)), "busy", "busy-statements").await;
+    assert_eq!(error.kind, FailureKind::Deadline, "{error:?}");
+    let free = lock_free_after(&db, started).await;
+    eprintln!("statements for ever under a 2 s transaction timeout (1 s statement timeout): lock free after {free:?}");
+    // The transaction timeout, plus at most the statement in flight.
+    assert!(free < Duration::from_secs(4), "{free:?}");
+    assert_eq!(db.count("SELECT touched::bigint FROM hostile_target WHERE id = 1").await, 0);
+}
+
+#[tokio::test]
+async fn parameters_past_their_bounds_are_refused_before_anything_is_sent() {
+    let db = TestDb::start().await;
+    let runner = runner(&db, Duration::from_secs(30));
+    let plugin = hostile(Duration::from_secs(5));
+    for (payload, expected) in [
+        ("params 70000", "IH002"),
+        ("big-param 25000000", "IH002"),
+        ("param-mismatch", "08P01"),
+    ] {
+        let error = failure(&runner, &plugin, payload, payload).await;
+        // The guest's mistake, never a lost connection (which is retried for ever).
+        assert_eq!(error.kind, FailureKind::HandlerError, "{payload}: {error:?}");
+        assert!(error.message.contains(expected), "{payload}: {error:?}");
+    }
+}
+
+#[tokio::test]
+async fn a_result_of_many_nulls_counts_against_the_result_bound() {
+    let db = TestDb::start().await;
+    let runner = runner(&db, Duration::from_secs(30));
+    let error = failure(&runner, &hostile(Duration::from_secs(5)), "nulls", "nulls 100000").await;
+    assert!(error.message.contains("IH004"), "{error:?}");
+}
+
+#[tokio::test]
+async fn a_statement_whose_result_is_refused_commits_nothing_even_if_the_guest_returns_ok() {
+    let db = TestDb::start().await;
+    let runner = runner(&db, Duration::from_secs(30));
+    let error = failure(&runner, &hostile(Duration::from_secs(5)), "refused", "refused-result").await;
+    assert_eq!(error.kind, FailureKind::TransactionBroken, "{error:?}");
+    assert!(error.message.contains("IH003"), "{error:?}");
+    assert_eq!(db.count("SELECT count(*) FROM hostile_seen").await, 0);
+    assert_eq!(db.count("SELECT count(*) FROM inbox_host.inbox").await, 0);
+}
+
+/// A retryable failure whose text PostgreSQL cannot store (a NUL byte), and one
+/// of 24 MiB, each still end as a dead letter after `--max-attempts`, with the
+/// text bounded; guest output and refusals are bounded in the log.
+#[tokio::test(flavor = "multi_thread")]
+async fn hostile_failure_text_and_output_end_bounded_and_never_stall_the_partition() {
+    let stage = Stage::new(1).await;
+    let records = [
+        ("nul", "error-nul"),
+        ("huge", "error-huge 25165824"),
+        ("print", "print 3000"),
+        ("refusals", "refusals 1000"),
+    ]
+    .into_iter()
+    .map(|(id, payload)| stage.record(id, Some(0), payload))
+    .collect();
+    stage.produce(records).await;
+    let host: Host = stage.spawn_host(&plugin("hostile"), &["--max-attempts", "3"]);
+    wait_until("all four records done and committed", LONG, || async {
+        stage.committed(0).await == Some(4)
+    })
+    .await;
+
+    let letters: Vec<(String, i32, i32)> = sqlx::query_as(
+        "SELECT d.message_id, length(d.reason), a.attempts FROM inbox_host.dead_letters d
+         JOIN inbox_host.attempts a USING (consumer_group, topic, kafka_partition, kafka_offset)
+         ORDER BY d.message_id",
+    )
+    .fetch_all(&stage.db.pool)
+    .await
+    .expect("dead letters");
+    let ids: Vec<&str> = letters.iter().map(|(id, _, _)| id.as_str()).collect();
+    assert_eq!(ids, ["huge", "nul"]);
+    for (id, reason_len, attempts) in &letters {
+        assert_eq!(*attempts, 3, "{id}");
+        assert!(*reason_len <= 4_200, "{id}: reason of {reason_len} characters");
+    }
+    let longest_error: i32 =
+        sqlx::query_scalar("SELECT max(length(last_error)) FROM inbox_host.attempts")
+            .fetch_one(&stage.db.pool)
+            .await
+            .expect("attempts");
+    assert!(longest_error <= 4_200, "{longest_error}");
+    assert_eq!(
+        stage.db.count("SELECT count(*) FROM inbox_host.inbox WHERE message_id IN ('print', 'refusals')").await,
+        2
+    );
+
+    let log = host.log();
+    eprintln!("host log after the attacks: {} bytes", log.len());
+    assert!(log.len() < 512 << 10, "{} bytes of log", log.len());
+    assert!(log.contains("more lines not logged"), "guest output summarised");
+    assert!(log.contains("more refusals in this message not logged"), "refusals summarised");
+    assert!(log.contains("guest stdout: "), "guest lines are marked as the guest's");
+    assert!(
+        !log.lines().any(|l| l.starts_with("2026-01-01T00:00:00Z  INFO inbox_host: forged")),
+        "a guest line passed as a host line"
+    );
+}
