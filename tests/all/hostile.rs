@@ -75,14 +75,21 @@ async fn reading_infinite_timestamps_does_not_panic_the_host_and_they_bind_back(
         runner.process(&attack("ts", "timestamps"), &plugin).await,
         Outcome::Processed
     );
-    let seen: Vec<(String, String)> =
-        sqlx::query_as("SELECT what, value FROM hostile_seen WHERE message_id = 'ts' ORDER BY what")
-            .fetch_all(&db.pool)
-            .await
-            .expect("rows");
-    let (max, min) = (format!("Timestamp({})", i64::MAX), format!("Timestamp({})", i64::MIN));
+    let seen: Vec<(String, String)> = sqlx::query_as(
+        "SELECT what, value FROM hostile_seen WHERE message_id = 'ts' ORDER BY what",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .expect("rows");
+    let (max, min) = (
+        format!("Timestamp({})", i64::MAX),
+        format!("Timestamp({})", i64::MIN),
+    );
     let expected = vec![
-        ("bound".to_string(), r#"[Text("infinity"), Text("-infinity")]"#.to_string()),
+        (
+            "bound".to_string(),
+            r#"[Text("infinity"), Text("-infinity")]"#.to_string(),
+        ),
         ("read 0".into(), max.clone()),
         ("read 1".into(), min.clone()),
         ("read 2".into(), max),
@@ -93,9 +100,14 @@ async fn reading_infinite_timestamps_does_not_panic_the_host_and_they_bind_back(
     // A time past what the interface carries is the guest's error (IH003 naming
     // the column), not the host's panic.
     let error = failure(&runner, &plugin, "ts-max", "timestamp-max").await;
-    assert!(error.message.contains("IH003") && error.message.contains("`last`"), "{error:?}");
+    assert!(
+        error.message.contains("IH003") && error.message.contains("`last`"),
+        "{error:?}"
+    );
     assert_eq!(
-        runner.process(&attack("ts-again", "timestamps"), &plugin).await,
+        runner
+            .process(&attack("ts-again", "timestamps"), &plugin)
+            .await,
         Outcome::Processed,
         "the host still handles messages"
     );
@@ -106,7 +118,13 @@ async fn a_guest_sleeping_in_a_wasi_call_is_cancelled_at_its_deadline_and_its_lo
     let db = TestDb::start().await;
     let runner = runner(&db, Duration::from_secs(30));
     let started = Instant::now();
-    let error = failure(&runner, &hostile(Duration::from_millis(500)), "sleeper", "sleep 30000").await;
+    let error = failure(
+        &runner,
+        &hostile(Duration::from_millis(500)),
+        "sleeper",
+        "sleep 30000",
+    )
+    .await;
     assert_eq!(error.kind, FailureKind::Deadline, "{error:?}");
     let free = lock_free_after(&db, started).await;
     eprintln!("a 30 s sleep under a 0.5 s deadline: lock free after {free:?}");
@@ -118,9 +136,18 @@ async fn a_guest_sleeping_past_the_transaction_timeout_is_cancelled_and_its_lock
     let db = TestDb::start().await;
     let runner = runner(&db, Duration::from_secs(2));
     let started = Instant::now();
-    let error = failure(&runner, &hostile(Duration::from_secs(60)), "sleeper", "sleep 30000").await;
+    let error = failure(
+        &runner,
+        &hostile(Duration::from_secs(60)),
+        "sleeper",
+        "sleep 30000",
+    )
+    .await;
     assert_eq!(error.kind, FailureKind::Deadline, "{error:?}");
-    assert!(error.message.contains("--transaction-timeout-ms"), "{error:?}");
+    assert!(
+        error.message.contains("--transaction-timeout-ms"),
+        "{error:?}"
+    );
     let free = lock_free_after(&db, started).await;
     eprintln!("a 30 s sleep under a 2 s transaction timeout: lock free after {free:?}");
     assert!(free < Duration::from_secs(4), "{free:?}");
@@ -131,13 +158,23 @@ async fn a_guest_running_statements_for_ever_is_cut_off_by_the_transaction_timeo
     let db = TestDb::start().await;
     let runner = runner(&db, Duration::from_secs(2));
     let started = Instant::now();
-    let error = failure(&runner, &hostile(Duration::from_secs(60)), "busy", "busy-statements").await;
+    let error = failure(
+        &runner,
+        &hostile(Duration::from_secs(60)),
+        "busy",
+        "busy-statements",
+    )
+    .await;
     assert_eq!(error.kind, FailureKind::Deadline, "{error:?}");
     let free = lock_free_after(&db, started).await;
     eprintln!("statements for ever under a 2 s transaction timeout (1 s statement timeout): lock free after {free:?}");
     // The transaction timeout, plus at most the statement in flight.
     assert!(free < Duration::from_secs(4), "{free:?}");
-    assert_eq!(db.count("SELECT touched::bigint FROM hostile_target WHERE id = 1").await, 0);
+    assert_eq!(
+        db.count("SELECT touched::bigint FROM hostile_target WHERE id = 1")
+            .await,
+        0
+    );
 }
 
 #[tokio::test]
@@ -152,7 +189,11 @@ async fn parameters_past_their_bounds_are_refused_before_anything_is_sent() {
     ] {
         let error = failure(&runner, &plugin, payload, payload).await;
         // The guest's mistake, never a lost connection (which is retried for ever).
-        assert_eq!(error.kind, FailureKind::HandlerError, "{payload}: {error:?}");
+        assert_eq!(
+            error.kind,
+            FailureKind::HandlerError,
+            "{payload}: {error:?}"
+        );
         assert!(error.message.contains(expected), "{payload}: {error:?}");
     }
 }
@@ -161,7 +202,13 @@ async fn parameters_past_their_bounds_are_refused_before_anything_is_sent() {
 async fn a_result_of_many_nulls_counts_against_the_result_bound() {
     let db = TestDb::start().await;
     let runner = runner(&db, Duration::from_secs(30));
-    let error = failure(&runner, &hostile(Duration::from_secs(5)), "nulls", "nulls 100000").await;
+    let error = failure(
+        &runner,
+        &hostile(Duration::from_secs(5)),
+        "nulls",
+        "nulls 100000",
+    )
+    .await;
     assert!(error.message.contains("IH004"), "{error:?}");
 }
 
@@ -169,7 +216,13 @@ async fn a_result_of_many_nulls_counts_against_the_result_bound() {
 async fn a_statement_whose_result_is_refused_commits_nothing_even_if_the_guest_returns_ok() {
     let db = TestDb::start().await;
     let runner = runner(&db, Duration::from_secs(30));
-    let error = failure(&runner, &hostile(Duration::from_secs(5)), "refused", "refused-result").await;
+    let error = failure(
+        &runner,
+        &hostile(Duration::from_secs(5)),
+        "refused",
+        "refused-result",
+    )
+    .await;
     assert_eq!(error.kind, FailureKind::TransactionBroken, "{error:?}");
     assert!(error.message.contains("IH003"), "{error:?}");
     assert_eq!(db.count("SELECT count(*) FROM hostile_seen").await, 0);
@@ -210,7 +263,10 @@ async fn hostile_failure_text_and_output_end_bounded_and_never_stall_the_partiti
     assert_eq!(ids, ["huge", "nul"]);
     for (id, reason_len, attempts) in &letters {
         assert_eq!(*attempts, 3, "{id}");
-        assert!(*reason_len <= 4_200, "{id}: reason of {reason_len} characters");
+        assert!(
+            *reason_len <= 4_200,
+            "{id}: reason of {reason_len} characters"
+        );
     }
     let longest_error: i32 =
         sqlx::query_scalar("SELECT max(length(last_error)) FROM inbox_host.attempts")
@@ -219,18 +275,107 @@ async fn hostile_failure_text_and_output_end_bounded_and_never_stall_the_partiti
             .expect("attempts");
     assert!(longest_error <= 4_200, "{longest_error}");
     assert_eq!(
-        stage.db.count("SELECT count(*) FROM inbox_host.inbox WHERE message_id IN ('print', 'refusals')").await,
+        stage
+            .db
+            .count(
+                "SELECT count(*) FROM inbox_host.inbox WHERE message_id IN ('print', 'refusals')"
+            )
+            .await,
         2
     );
 
     let log = host.log();
     eprintln!("host log after the attacks: {} bytes", log.len());
     assert!(log.len() < 512 << 10, "{} bytes of log", log.len());
-    assert!(log.contains("more lines not logged"), "guest output summarised");
-    assert!(log.contains("more refusals in this message not logged"), "refusals summarised");
-    assert!(log.contains("guest stdout: "), "guest lines are marked as the guest's");
     assert!(
-        !log.lines().any(|l| l.starts_with("2026-01-01T00:00:00Z  INFO inbox_host: forged")),
+        log.contains("more lines not logged"),
+        "guest output summarised"
+    );
+    assert!(
+        log.contains("more refusals in this message not logged"),
+        "refusals summarised"
+    );
+    assert!(
+        log.contains("guest stdout: "),
+        "guest lines are marked as the guest's"
+    );
+    assert!(
+        !log.lines()
+            .any(|l| l.starts_with("2026-01-01T00:00:00Z  INFO inbox_host: forged")),
         "a guest line passed as a host line"
     );
+}
+
+/// Peak resident memory of a process, from /proc (Linux).
+fn peak_rss_bytes(pid: i32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
+    let kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmHWM");
+    kib << 10
+}
+
+/// 100,000 rows of 400 NULLs once cost the host 2.2 GB; a 24 MiB parameter went
+/// through. Each now ends as the guest's failure and a dead letter, and the
+/// host's peak memory stays within its own size plus the bounds (64 MiB guest,
+/// 16 MiB result) and a stated slack.
+#[tokio::test(flavor = "multi_thread")]
+async fn memory_attacks_end_as_dead_letters_with_the_hosts_peak_memory_bounded() {
+    let stage = Stage::new(1).await;
+    let records = [("nulls", "nulls 100000"), ("big", "big-param 25000000")]
+        .into_iter()
+        .map(|(id, payload)| stage.record(id, Some(0), payload))
+        .collect();
+    stage.produce(vec![stage.record("warm-up", Some(0), "print 1")]).await;
+    let host: Host = stage.spawn_host(&plugin("hostile"), &[]);
+    wait_until("a first harmless record handled", LONG, || async {
+        stage.committed(0).await == Some(1)
+    })
+    .await;
+    let before = peak_rss_bytes(host.pid());
+    stage.produce(records).await;
+    wait_until("both attacks set aside and committed", LONG, || async {
+        stage.committed(0).await == Some(3)
+    })
+    .await;
+    assert_eq!(stage.db.count("SELECT count(*) FROM inbox_host.dead_letters").await, 2);
+    let grew = peak_rss_bytes(host.pid()).saturating_sub(before);
+    eprintln!("host peak RSS grew by {} MiB", grew >> 20);
+    // Guest memory (64 MiB) + result bound (16 MiB) + parameter copies (24 MiB
+    // across the guest boundary) + slack for allocator and debug build.
+    assert!(grew < 256 << 20, "peak RSS grew by {} MiB", grew >> 20);
+}
+
+#[tokio::test]
+async fn every_value_type_crosses_at_its_extremes_in_both_directions() {
+    let db = TestDb::start().await;
+    let runner = runner(&db, Duration::from_secs(30));
+    assert_eq!(
+        runner.process(&attack("extremes", "extremes"), &hostile(Duration::from_secs(5))).await,
+        Outcome::Processed
+    );
+    let seen: Vec<String> =
+        sqlx::query_scalar("SELECT value FROM hostile_seen WHERE message_id = 'extremes' ORDER BY what")
+            .fetch_all(&db.pool)
+            .await
+            .expect("rows");
+    let expected = [
+        r#"Int32(2147483647) -> [Text("2147483647")]"#,
+        r#"Int32(-2147483648) -> [Text("-2147483648")]"#,
+        r#"Int64(9223372036854775807) -> [Text("9223372036854775807")]"#,
+        r#"Int64(-9223372036854775808) -> [Text("-9223372036854775808")]"#,
+        r#"Int32(32767) -> [Text("32767")]"#,
+        r#"Int32(-32768) -> [Text("-32768")]"#,
+        r#"Float64(NaN) -> [Text("NaN")]"#,
+        r#"Float64(inf) -> [Text("Infinity")]"#,
+        r#"Float64(-inf) -> [Text("-Infinity")]"#,
+        r#"Text("") -> [Text("")]"#,
+        r#"Bytes([]) -> [Text("\\x")]"#,
+        r#"Json("null") -> [Text("null")]"#,
+        r#"Json("[]") -> [Text("[]")]"#,
+        r#"Boolean(true) -> [Text("true")]"#,
+    ];
+    assert_eq!(seen, expected);
 }

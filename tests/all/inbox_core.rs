@@ -219,3 +219,44 @@ async fn a_row_held_by_another_open_transaction_is_locked_within_the_bound_then_
         (1, 1)
     );
 }
+
+/// A handler that writes, then panics in the host's own code: the stand-in for
+/// a host bug some message triggers (it once was sqlx decoding `infinity`).
+struct PanicsInTheHost;
+
+impl inbox::Handler for PanicsInTheHost {
+    fn version(&self) -> &str {
+        "panics-in-the-host"
+    }
+
+    async fn handle(
+        &self,
+        message: &inbox::Message,
+        mut tx: inbox::Tx,
+    ) -> (inbox::Tx, Result<(), inbox::HandlerError>) {
+        sqlx::query("INSERT INTO invoices (order_id, amount, message_id) VALUES ($1, 1, $1)")
+            .bind(&message.message_id)
+            .execute(&mut *tx)
+            .await
+            .expect("insert");
+        panic!("a host bug triggered by {}", message.message_id);
+    }
+}
+
+#[tokio::test]
+async fn a_panic_in_the_host_while_handling_fails_that_message_rolls_back_and_the_next_is_processed() {
+    let db = TestDb::start().await;
+    let runner = runner(&db);
+    let outcome = runner.process(&order("boom", 1), &PanicsInTheHost).await;
+    let Outcome::Failed(error) = outcome else {
+        panic!("expected a failure, got {outcome:?}")
+    };
+    assert_eq!((error.kind, error.retryable), (FailureKind::HostPanic, false));
+    assert!(error.message.contains("a host bug triggered by boom"), "{error:?}");
+    assert_eq!(invoices(&db, "boom").await, 0);
+    assert_eq!(inbox_rows(&db, "boom").await, 0);
+    assert_eq!(
+        runner.process(&order("next", 1), &load("billing")).await,
+        Outcome::Processed
+    );
+}

@@ -73,3 +73,58 @@ async fn a_memory_bomb_is_stopped_by_the_memory_cap() {
 async fn unbounded_recursion_is_stopped_by_the_stack_limit() {
     assert_eq!(trap_kind("deep-recursion").await, FailureKind::Stack);
 }
+
+/// A component whose core module has two linear memories of 60 MiB each: each
+/// is under the 64 MiB cap, together they are not. No Rust guest can be built
+/// this way, so it is assembled here from WebAssembly text and the host's WIT.
+fn two_memories_of_60_mib() -> std::path::PathBuf {
+    const CORE: &str = r#"(module
+        (memory (export "memory") 960)
+        (memory $second 960)
+        (func (export "cabi_realloc") (param i32 i32 i32 i32) (result i32) (i32.const 16))
+        (func (export "handle")
+            (param i32 i32 i32 i32 i32 i64 i32 i32 i32 i32 i32 i32 i32) (result i32)
+            (i32.const 0)))"#;
+    let mut resolve = wit_parser::Resolve::default();
+    let wit = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../wit");
+    let (package, _) = resolve.push_dir(&wit).expect("the host's WIT");
+    let world = resolve
+        .select_world(&[package], Some("handler"))
+        .expect("the handler world");
+    let mut module = wat::parse_str(CORE).expect("valid text");
+    wit_component::embed_component_metadata(
+        &mut module,
+        &resolve,
+        world,
+        wit_component::StringEncoding::UTF8,
+    )
+    .expect("metadata");
+    let component = wit_component::ComponentEncoder::default()
+        .module(&module)
+        .expect("module")
+        .validate(true)
+        .encode()
+        .expect("component");
+    let path = std::env::temp_dir().join(format!("two-memories-{}.wasm", std::process::id()));
+    std::fs::write(&path, component).expect("write component");
+    path
+}
+
+#[tokio::test]
+async fn the_memory_cap_covers_all_memories_of_a_guest_together() {
+    let db = TestDb::start().await;
+    let limits = inbox_host::plugin::SandboxLimits {
+        memory_bytes: 64 << 20,
+        ..Default::default()
+    };
+    let runtime = inbox_host::plugin::Runtime::new(limits).expect("runtime");
+    let path = two_memories_of_60_mib();
+    let plugin = inbox_host::plugin::Plugin::load(&runtime, &path).expect("loads");
+    let _ = std::fs::remove_file(&path);
+    let outcome = runner(&db).process(&order("o-1", 1), &plugin).await;
+    let Outcome::Failed(error) = outcome else {
+        panic!("expected a failure, got {outcome:?}")
+    };
+    assert_eq!(error.kind, FailureKind::Memory, "{error:?}");
+    assert_eq!(db.count("SELECT count(*) FROM inbox_host.inbox").await, 0);
+}

@@ -180,7 +180,10 @@ async fn earlier_messages_sql_and_the_random_seed_are_out_of_reach() {
         payload: b"INSERT INTO invoices (order_id, amount) VALUES ('card 4111-1111', 1)".to_vec(),
         ..order("earlier", 1)
     };
-    assert_eq!(arena.runner.process(&earlier, &load("sql-runner")).await, Outcome::Processed);
+    assert_eq!(
+        arena.runner.process(&earlier, &load("sql-runner")).await,
+        Outcome::Processed
+    );
     for sql in [
         "query:SELECT statement FROM pg_prepared_statements",
         "query:SELECT statement FROM pg_catalog.pg_prepared_statements",

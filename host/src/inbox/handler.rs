@@ -72,11 +72,18 @@ mod tests {
 
     #[test]
     fn failure_text_is_escaped_and_bounded() {
-        assert_eq!(storable_text("poison\0pill\n\x1b[31m", 100), "poison\\0pill\\n\\u{1b}[31m");
+        assert_eq!(
+            storable_text("poison\0pill\n\x1b[31m", 100),
+            "poison\\0pill\\n\\u{1b}[31m"
+        );
         let long = "é".repeat(5_000);
         let kept = storable_text(&long, MAX_FAILURE_TEXT);
         assert!(kept.len() <= MAX_FAILURE_TEXT + 32, "{}", kept.len());
-        assert!(kept.ends_with(" [… 5904 more bytes]"), "{}", &kept[kept.len() - 40..]);
+        assert!(
+            kept.ends_with(" [… 5904 more bytes]"),
+            "{}",
+            &kept[kept.len() - 40..]
+        );
         assert_eq!(storable_text("short", 100), "short");
     }
 }

@@ -158,12 +158,9 @@ impl Runner {
                 continue;
             }
             match self.run_handler(handler, message, tx, until).await {
-                (Some(returned), Ok(())) => tx = returned,
-                (returned, verdict) => {
-                    if let Some(tx) = returned {
-                        rollback(tx).await;
-                    }
-                    let error = verdict.err().expect("a handler that returned ok returns its transaction");
+                Ok(returned) => tx = returned,
+                Err(failed) => {
+                    let error = failed.rolled_back().await;
                     return Ok(Batch::FailedAt(at, Outcome::Failed(error)));
                 }
             }
@@ -200,10 +197,15 @@ impl Runner {
         message: &Message,
         tx: Tx,
         until: Instant,
-    ) -> (Option<Tx>, Result<(), HandlerError>) {
+    ) -> Result<Tx, HandlerFailed> {
         let call = AssertUnwindSafe(handler.handle(message, tx)).catch_unwind();
+        let dropped = |error| HandlerFailed { tx: None, error };
         match tokio::time::timeout_at(until, call).await {
-            Ok(Ok((tx, verdict))) => (Some(tx), verdict),
+            Ok(Ok((tx, Ok(())))) => Ok(tx),
+            Ok(Ok((tx, Err(error)))) => Err(HandlerFailed {
+                tx: Some(tx),
+                error,
+            }),
             Ok(Err(panic)) => {
                 let said = panic
                     .downcast_ref::<&str>()
@@ -212,7 +214,11 @@ impl Runner {
                     .unwrap_or_default();
                 tracing::error!(message_id = %message.message_id, panic = %said, "the host panicked handling a message; rolled back");
                 let error = format!("the host panicked while handling this message: {said}");
-                (None, Err(HandlerError::new(FailureKind::HostPanic, false, error)))
+                Err(dropped(HandlerError::new(
+                    FailureKind::HostPanic,
+                    false,
+                    error,
+                )))
             }
             Err(_elapsed) => {
                 let limit = self.settings.transaction_timeout.as_millis();
@@ -220,7 +226,11 @@ impl Runner {
                     "the transaction was open longer than --transaction-timeout-ms ({limit} ms); \
                      the handler was cancelled and everything rolled back"
                 );
-                (None, Err(HandlerError::new(FailureKind::Deadline, true, error)))
+                Err(dropped(HandlerError::new(
+                    FailureKind::Deadline,
+                    true,
+                    error,
+                )))
             }
         }
     }
@@ -244,14 +254,8 @@ impl Runner {
         };
 
         let mut tx = match self.run_handler(handler, message, tx, until).await {
-            (Some(tx), Ok(())) => tx,
-            (returned, verdict) => {
-                if let Some(tx) = returned {
-                    rollback(tx).await;
-                }
-                let error = verdict.err().expect("a handler that returned ok returns its transaction");
-                return Ok(Outcome::Failed(error));
-            }
+            Ok(tx) => tx,
+            Err(failed) => return Ok(Outcome::Failed(failed.rolled_back().await)),
         };
         if let Err(broken) = still_ours(&mut tx, &xid, by.guest_role).await {
             rollback(tx).await;
@@ -299,6 +303,22 @@ async fn rollback(tx: Tx) {
     if let Err(e) = tx.rollback().await {
         // The connection is discarded by the pool; nothing was committed either way.
         tracing::warn!(error = %e, "rollback failed");
+    }
+}
+
+/// A handler that did not succeed: why, and its transaction unless it was
+/// dropped with the handler (which rolls it back).
+struct HandlerFailed {
+    tx: Option<Tx>,
+    error: HandlerError,
+}
+
+impl HandlerFailed {
+    async fn rolled_back(self) -> HandlerError {
+        if let Some(tx) = self.tx {
+            rollback(tx).await;
+        }
+        self.error
     }
 }
 

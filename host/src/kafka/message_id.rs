@@ -73,7 +73,9 @@ pub const MAX_MESSAGE_ID_BYTES: usize = 1024;
 /// record unusable (it is set aside) rather than failing its claim for ever.
 fn usable(id: String, source: &IdSource) -> Result<String, String> {
     if id.contains('\0') {
-        return Err(format!("the message id from {source} contains a NUL byte, which PostgreSQL text cannot hold"));
+        return Err(format!(
+            "the message id from {source} contains a NUL byte, which PostgreSQL text cannot hold"
+        ));
     }
     if id.len() > MAX_MESSAGE_ID_BYTES {
         return Err(format!(

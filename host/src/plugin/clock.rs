@@ -73,11 +73,18 @@ mod tests {
         let clock = GuestClock::start();
         clock.db_wait_begins();
         std::thread::sleep(Duration::from_millis(50));
-        assert!(clock.ran_for() < Duration::from_millis(50), "{:?}", clock.ran_for());
+        assert!(
+            clock.ran_for() < Duration::from_millis(50),
+            "{:?}",
+            clock.ran_for()
+        );
         clock.db_wait_ends();
         std::thread::sleep(Duration::from_millis(20));
         let ran = clock.ran_for();
         assert!(ran >= Duration::from_millis(20), "{ran:?}");
-        assert!(ran <= began.elapsed() - Duration::from_millis(50), "{ran:?}");
+        assert!(
+            ran <= began.elapsed() - Duration::from_millis(50),
+            "{ran:?}"
+        );
     }
 }

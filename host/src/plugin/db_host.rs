@@ -148,7 +148,10 @@ impl GuestState {
             Err(sqlx::Error::Database(e)) => {
                 let error = DbError {
                     code: e.code().map(|c| c.into_owned()).unwrap_or_default(),
-                    message: crate::inbox::storable_text(e.message(), crate::inbox::MAX_FAILURE_TEXT),
+                    message: crate::inbox::storable_text(
+                        e.message(),
+                        crate::inbox::MAX_FAILURE_TEXT,
+                    ),
                 };
                 self.failed_statement.get_or_insert_with(|| error.clone());
                 Ok(Err(error))
@@ -231,7 +234,9 @@ const MAX_STATEMENT_BYTES: usize = 64 << 10;
 /// caches up to 100 per connection by text, and guests choose the text.
 const CACHED_STATEMENT_BYTES: usize = 4 << 10;
 
-fn guest_statement(sql: &str) -> sqlx::query::Query<'_, sqlx::Postgres, sqlx::postgres::PgArguments> {
+fn guest_statement(
+    sql: &str,
+) -> sqlx::query::Query<'_, sqlx::Postgres, sqlx::postgres::PgArguments> {
     sqlx::query(sql).persistent(sql.len() <= CACHED_STATEMENT_BYTES)
 }
 

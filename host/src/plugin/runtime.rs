@@ -181,13 +181,11 @@ fn classify(error: &wasmtime::Error, state: &GuestState) -> HandlerError {
         Some(Trap::Interrupt) => HandlerError::new(
             FailureKind::Deadline,
             true,
-            "guest ran past its deadline and was interrupted".to_string(),
+            "guest ran past its deadline and was interrupted",
         ),
-        Some(Trap::StackOverflow) => HandlerError::new(
-            FailureKind::Stack,
-            false,
-            "guest overflowed its stack".to_string(),
-        ),
+        Some(Trap::StackOverflow) => {
+            HandlerError::new(FailureKind::Stack, false, "guest overflowed its stack")
+        }
         Some(Trap::UnreachableCodeReached) => {
             let stderr = state.stderr.contents();
             let said = panic_message(&String::from_utf8_lossy(&stderr));
@@ -210,7 +208,9 @@ fn panic_message(stderr: &str) -> String {
             .collect::<Vec<_>>()
             .join(" ");
     }
-    lines.last().map_or_else(|| "no message".into(), |l| (*l).to_string())
+    lines
+        .last()
+        .map_or_else(|| "no message".into(), |l| (*l).to_string())
 }
 
 /// A handler that failed or panicked after the host refused one of its
@@ -229,6 +229,12 @@ fn blame_refusal(error: HandlerError, state: &GuestState) -> HandlerError {
     }
 }
 
+/// SQLSTATEs after which the same work may succeed: serialization failures and
+/// deadlocks (class 40), lock timeouts, cancelled statements.
+fn is_retryable_sqlstate(code: &str) -> bool {
+    code.starts_with("40") || code == "55P03" || code == "57014"
+}
+
 #[cfg(test)]
 mod tests {
     use super::panic_message;
@@ -236,14 +242,14 @@ mod tests {
     #[test]
     fn a_rust_panic_is_named_by_its_message_not_the_backtrace_hint() {
         let stderr = "\nthread '<unnamed>' panicked at src/lib.rs:9:5:\nbad order 7\nnote: run with `RUST_BACKTRACE=1` environment variable to display a backtrace\n";
-        assert_eq!(panic_message(stderr), "thread '<unnamed>' panicked at src/lib.rs:9:5: bad order 7");
-        assert_eq!(panic_message("Traceback...\nValueError: x\n"), "ValueError: x");
+        assert_eq!(
+            panic_message(stderr),
+            "thread '<unnamed>' panicked at src/lib.rs:9:5: bad order 7"
+        );
+        assert_eq!(
+            panic_message("Traceback...\nValueError: x\n"),
+            "ValueError: x"
+        );
         assert_eq!(panic_message(""), "no message");
     }
-}
-
-/// SQLSTATEs after which the same work may succeed: serialization failures and
-/// deadlocks (class 40), lock timeouts, cancelled statements.
-fn is_retryable_sqlstate(code: &str) -> bool {
-    code.starts_with("40") || code == "55P03" || code == "57014"
 }

@@ -673,7 +673,10 @@ mod tests {
             let started = std::time::Instant::now();
             let verdict = check(&sql);
             let took = started.elapsed();
-            println!("{what}: {took:?} {:?}", verdict.as_ref().map_err(|v| v.rule));
+            println!(
+                "{what}: {took:?} {:?}",
+                verdict.as_ref().map_err(|v| v.rule)
+            );
             // Generous for a debug build on a loaded machine (a release build
             // takes a fraction); the quadratic check took 16-26 s at 1/40 of this size.
             assert!(took < std::time::Duration::from_secs(2), "{what}: {took:?}");

@@ -13,6 +13,8 @@
 //! - `timestamps`: reads `infinity` and `-infinity` (timestamptz and
 //!   timestamp), writes what it got to `hostile_seen`, and binds them back.
 //! - `timestamp-max`: reads the last timestamp PostgreSQL can hold.
+//! - `extremes`: reads each type's extreme values, binds each back, and writes
+//!   both to `hostile_seen`.
 //! - `nulls <rows>`: selects that many rows of 400 NULLs.
 //! - `refused-result`: inserts into `hostile_seen`, then reads back a column
 //!   type the host refuses (IH003), ignores the error and returns ok.
@@ -91,6 +93,25 @@ fn handle(event: &Event, db: &Db) -> Result<(), HandlerError> {
         "timestamp-max" => {
             db.query("SELECT '294276-12-31 23:59:59.999999+00'::timestamptz AS last", &[])
                 .map_err(fatal)?;
+        }
+        "extremes" => {
+            let rows = db
+                .query(
+                    "SELECT 2147483647::int4 AS a, (-2147483648)::int4 AS b,
+                            9223372036854775807::int8 AS c, (-9223372036854775808)::int8 AS d,
+                            32767::int2 AS e, (-32768)::int2 AS f,
+                            'NaN'::float8 AS g, 'Infinity'::float8 AS h, '-Infinity'::float4 AS i,
+                            ''::text AS j, ''::bytea AS k, 'null'::jsonb AS l, '[]'::json AS m,
+                            true AS n",
+                    &[],
+                )
+                .map_err(fatal)?;
+            let values = rows.get(0).expect("one row").values().to_vec();
+            for (i, value) in values.into_iter().enumerate() {
+                let back = db.query("SELECT $1::text", &[value.clone()]).map_err(fatal)?;
+                let text = back.get(0).expect("one row").values().to_vec();
+                seen(&format!("{i:02}"), format!("{value:?} -> {text:?}")).map_err(fatal)?;
+            }
         }
         "nulls" => {
             let sql = format!(
