@@ -41,6 +41,8 @@ pub use error::HandlerError;
 pub use event::{Event, Header};
 
 #[doc(hidden)]
+// Generated code: the flattened `handle` export takes one argument per field.
+#[allow(clippy::too_many_arguments)]
 pub mod wit {
     wit_bindgen::generate!({
         path: "../wit",

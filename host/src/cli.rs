@@ -102,7 +102,7 @@ pub struct RunArgs {
     /// separate them with `;`, since values such as `debug=consumer,fetch` hold commas).
     #[arg(long = "kafka-opt", env = "INBOX_KAFKA_OPTS", value_delimiter = ';')]
     pub kafka_opts: Vec<String>,
-    /// Where message ids come from, in order: header:<name>, json:<field>, coordinates.
+    /// Where message ids come from, in order: header:NAME, json:FIELD, coordinates.
     #[arg(
         long,
         env = "INBOX_MESSAGE_ID",

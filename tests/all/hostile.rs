@@ -328,7 +328,9 @@ async fn memory_attacks_end_as_dead_letters_with_the_hosts_peak_memory_bounded()
         .into_iter()
         .map(|(id, payload)| stage.record(id, Some(0), payload))
         .collect();
-    stage.produce(vec![stage.record("warm-up", Some(0), "print 1")]).await;
+    stage
+        .produce(vec![stage.record("warm-up", Some(0), "print 1")])
+        .await;
     let host: Host = stage.spawn_host(&plugin("hostile"), &[]);
     wait_until("a first harmless record handled", LONG, || async {
         stage.committed(0).await == Some(1)
@@ -340,7 +342,13 @@ async fn memory_attacks_end_as_dead_letters_with_the_hosts_peak_memory_bounded()
         stage.committed(0).await == Some(3)
     })
     .await;
-    assert_eq!(stage.db.count("SELECT count(*) FROM inbox_host.dead_letters").await, 2);
+    assert_eq!(
+        stage
+            .db
+            .count("SELECT count(*) FROM inbox_host.dead_letters")
+            .await,
+        2
+    );
     let grew = peak_rss_bytes(host.pid()).saturating_sub(before);
     eprintln!("host peak RSS grew by {} MiB", grew >> 20);
     // Guest memory (64 MiB) + result bound (16 MiB) + parameter copies (24 MiB
@@ -353,14 +361,20 @@ async fn every_value_type_crosses_at_its_extremes_in_both_directions() {
     let db = TestDb::start().await;
     let runner = runner(&db, Duration::from_secs(30));
     assert_eq!(
-        runner.process(&attack("extremes", "extremes"), &hostile(Duration::from_secs(5))).await,
+        runner
+            .process(
+                &attack("extremes", "extremes"),
+                &hostile(Duration::from_secs(5))
+            )
+            .await,
         Outcome::Processed
     );
-    let seen: Vec<String> =
-        sqlx::query_scalar("SELECT value FROM hostile_seen WHERE message_id = 'extremes' ORDER BY what")
-            .fetch_all(&db.pool)
-            .await
-            .expect("rows");
+    let seen: Vec<String> = sqlx::query_scalar(
+        "SELECT value FROM hostile_seen WHERE message_id = 'extremes' ORDER BY what",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .expect("rows");
     let expected = [
         r#"Int32(2147483647) -> [Text("2147483647")]"#,
         r#"Int32(-2147483648) -> [Text("-2147483648")]"#,

@@ -244,15 +244,22 @@ impl inbox::Handler for PanicsInTheHost {
 }
 
 #[tokio::test]
-async fn a_panic_in_the_host_while_handling_fails_that_message_rolls_back_and_the_next_is_processed() {
+async fn a_panic_in_the_host_while_handling_fails_that_message_rolls_back_and_the_next_is_processed(
+) {
     let db = TestDb::start().await;
     let runner = runner(&db);
     let outcome = runner.process(&order("boom", 1), &PanicsInTheHost).await;
     let Outcome::Failed(error) = outcome else {
         panic!("expected a failure, got {outcome:?}")
     };
-    assert_eq!((error.kind, error.retryable), (FailureKind::HostPanic, false));
-    assert!(error.message.contains("a host bug triggered by boom"), "{error:?}");
+    assert_eq!(
+        (error.kind, error.retryable),
+        (FailureKind::HostPanic, false)
+    );
+    assert!(
+        error.message.contains("a host bug triggered by boom"),
+        "{error:?}"
+    );
     assert_eq!(invoices(&db, "boom").await, 0);
     assert_eq!(inbox_rows(&db, "boom").await, 0);
     assert_eq!(

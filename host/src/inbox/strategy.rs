@@ -1,5 +1,4 @@
 use std::fmt;
-use std::str::FromStr;
 
 /// When, relative to the transaction, the consumer's offset is committed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -57,19 +56,6 @@ impl fmt::Display for Strategy {
             Strategy::AtLeastOnce(CommitOn::Success) => "at-least-once (commit on-success)",
             Strategy::ExactlyOnceInbox => "exactly-once-inbox",
         })
-    }
-}
-
-impl FromStr for CommitOn {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "on-persist" | "persist" => Ok(CommitOn::Persist),
-            "on-success" | "success" => Ok(CommitOn::Success),
-            other => Err(format!(
-                "unknown commit point `{other}`: use on-persist or on-success"
-            )),
-        }
     }
 }
 

@@ -7,7 +7,7 @@
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use super::engine::EPOCH_TICK;
+use super::limits::EPOCH_TICK;
 
 #[derive(Clone)]
 pub(crate) struct GuestClock(Arc<Mutex<Waits>>);

@@ -4,7 +4,7 @@ use sha2::{Digest, Sha256};
 use wasmtime::component::Component;
 
 use super::bindings::HandlerPre;
-use super::engine::Runtime;
+use super::runtime::Runtime;
 use super::state::GuestState;
 
 /// Why a file cannot be used as a handler plugin. Each message says what to do.

@@ -6,9 +6,10 @@
 
 mod bindings;
 mod clock;
-mod db_host;
+mod db_session;
 mod db_values;
-mod engine;
+mod handle;
+mod limits;
 mod loader;
 mod runtime;
 mod sql_checks;
@@ -16,7 +17,8 @@ mod sql_guard;
 mod state;
 mod swap;
 
-pub use engine::{Runtime, SandboxLimits};
+pub use limits::SandboxLimits;
 pub use loader::{digest_of, LoadError, Plugin};
+pub use runtime::Runtime;
 pub use sql_guard::{check as check_statement, Violation};
 pub use swap::{PluginCell, Watcher};

@@ -1,255 +1,99 @@
-//! Running a plugin for one message: a fresh store that owns the inbox
-//! transaction, one instance, one call, and a verdict the runner can act on.
+//! The shared wasmtime engine, its instance pool and the linker every plugin
+//! is instantiated with.
 
-use wasmtime::{Store, Trap, UpdateDeadline};
+use std::sync::Arc;
+use std::thread;
 
-use super::bindings::{Event, Header};
-use super::db_host::{ConnectionLost, LOGGED_REFUSALS};
-use super::loader::{LoadError, Plugin};
+use wasmtime::component::{HasSelf, Linker};
+use wasmtime::{Config, Enabled, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
+
+use super::bindings::Handler;
+use super::limits::{SandboxLimits, EPOCH_TICK, MAX_TABLE_ELEMENTS};
+use super::sql_checks::CheckedStatements;
 use super::state::GuestState;
-use crate::inbox::{storable_text, FailureKind, Handler, HandlerError, Message, Tx};
 
-/// Guest output logged per message: lines, bytes in all, and bytes per line.
-const LOGGED_OUTPUT_LINES: usize = 20;
-const LOGGED_OUTPUT_BYTES: usize = 8 << 10;
-const LOGGED_LINE_BYTES: usize = 1024;
+/// The shared wasmtime engine and linker. Clone freely; plugins compiled by one
+/// runtime run on it.
+#[derive(Clone)]
+pub struct Runtime {
+    pub(super) engine: Engine,
+    pub(super) linker: Arc<Linker<GuestState>>,
+    pub(super) limits: SandboxLimits,
+    pub(super) statements: Arc<CheckedStatements>,
+}
 
-/// The guest was still blocked in a host call when its deadline passed.
-#[derive(Debug, thiserror::Error)]
-#[error("guest was blocked in a host call (such as a sleep) past its deadline and was cancelled")]
-struct BlockedPastDeadline;
+impl Runtime {
+    pub fn new(limits: SandboxLimits) -> anyhow::Result<Self> {
+        let mut config = Config::new();
+        config
+            .wasm_component_model(true)
+            .epoch_interruption(true)
+            .max_wasm_stack(limits.max_stack_bytes)
+            .async_stack_size(limits.max_stack_bytes + (1 << 20))
+            .allocation_strategy(InstanceAllocationStrategy::Pooling(pooling(&limits)));
+        let engine = Engine::new(&config)?;
+        spawn_epoch_ticker(&engine);
 
-impl Handler for Plugin {
-    fn version(&self) -> &str {
-        &self.digest
-    }
-
-    async fn handle(&self, message: &Message, tx: Tx) -> (Tx, Result<(), HandlerError>) {
-        let mut store = self.new_store(Some(tx));
-        let clock = store.data().clock.clone();
-        let call = async {
-            let instance = self.pre.instantiate_async(&mut store).await?;
-            instance.call_handle(&mut store, &event_of(message)).await
-        };
-        // The epoch stops a guest running wasm; a guest blocked in a host call
-        // (a WASI sleep) is stopped here, its call dropped.
-        let returned = tokio::select! {
-            returned = call => returned,
-            () = clock.reaches(self.runtime.limits.deadline) => Err(BlockedPastDeadline.into()),
-        };
-        let state = store.into_data();
-        self.log_output(&state, message);
-        let verdict = match returned {
-            Ok(Ok(())) => match &state.failed_statement {
-                // PostgreSQL aborted the transaction; say why rather than letting
-                // the runner find it unusable.
-                Some(e) => Err(HandlerError::new(
-                    FailureKind::TransactionBroken,
-                    is_retryable_sqlstate(&e.code),
-                    format!(
-                        "the handler returned ok after a statement failed ({} {}); a failed \
-                         statement aborts the transaction, so nothing was committed",
-                        e.code, e.message
-                    ),
-                )),
-                None => Ok(()),
-            },
-            Ok(Err(e)) => Err(HandlerError::new(
-                FailureKind::HandlerError,
-                e.retryable,
-                e.message,
-            )),
-            Err(trap) => Err(classify(&trap, &state)),
-        }
-        .map_err(|error| blame_refusal(error, &state));
-        let tx = state
-            .tx
-            .expect("the store owns the transaction until the call ends");
-        (tx, verdict)
+        let mut linker = Linker::new(&engine);
+        // WASI is linked so that Rust guests built for wasm32-wasip2 instantiate;
+        // the context each store gets denies files, sockets, env and args.
+        wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
+        Handler::add_to_linker::<_, HasSelf<_>>(&mut linker, |state: &mut GuestState| {
+            &mut state.db
+        })?;
+        Ok(Self {
+            engine,
+            linker: Arc::new(linker),
+            statements: Arc::new(CheckedStatements::new(limits.check_sql)),
+            limits,
+        })
     }
 }
 
-impl Plugin {
-    /// Instantiates the plugin once in the sandbox without a transaction: what
-    /// `inbox-host check` and a hot swap do before accepting a new version.
-    pub async fn check_instantiation(&self) -> Result<(), LoadError> {
-        let mut store = self.new_store(None);
-        self.pre
-            .instantiate_async(&mut store)
-            .await
-            .map(drop)
-            .map_err(|e| LoadError::Instantiate {
-                path: self.name.clone(),
-                reason: format!("{e:#}"),
-            })
-    }
+/// Instances (and their memories, tables and call stacks) live one message
+/// each: slots reserved once and reused make a fresh instance per message cheap
+/// (no mmap, no munmap, no page faults on a warm slot).
+fn pooling(limits: &SandboxLimits) -> PoolingAllocationConfig {
+    let mut pooling = PoolingAllocationConfig::new();
+    pooling
+        .total_component_instances(INSTANCE_SLOTS)
+        .total_stacks(INSTANCE_SLOTS)
+        // Components built from other languages hold several core modules.
+        .total_core_instances(INSTANCE_SLOTS * 16)
+        .total_memories(INSTANCE_SLOTS * 2)
+        .total_tables(INSTANCE_SLOTS * 4)
+        .max_memories_per_module(2)
+        .max_tables_per_module(4)
+        .table_elements(MAX_TABLE_ELEMENTS)
+        .max_memory_size(limits.memory_bytes)
+        .max_component_instance_size(8 << 20)
+        .max_core_instance_size(8 << 20)
+        // Resetting a slot with madvise costs a TLB shootdown across cores per
+        // message; where the kernel can list the pages a guest dirtied
+        // (PAGEMAP_SCAN, Linux 6.7+), only those are set back with memset.
+        .pagemap_scan(Enabled::Auto)
+        .linear_memory_keep_resident(limits.memory_bytes.min(KEEP_RESIDENT))
+        .table_keep_resident(KEEP_RESIDENT / 8);
+    pooling
+}
 
-    fn new_store(&self, tx: Option<Tx>) -> Store<GuestState> {
-        let limits = &self.runtime.limits;
-        let mut store = Store::new(
-            &self.runtime.engine,
-            GuestState::new(tx, limits, self.runtime.statements.clone()),
-        );
-        store.limiter(|state| &mut state.memory);
-        // Checked every epoch tick: the deadline counts time running wasm, not time
-        // waiting on queries (statement_timeout bounds those). Between checks the
-        // guest yields, so a busy guest does not hold an executor thread.
-        let deadline = limits.deadline;
-        store.set_epoch_deadline(1);
-        store.epoch_deadline_callback(move |ctx| {
-            Ok(if ctx.data().clock.ran_for() >= deadline {
-                UpdateDeadline::Interrupt
-            } else {
-                UpdateDeadline::Yield(1)
-            })
-        });
-        store
-    }
+/// Bytes of a slot's memory reset in place rather than given back to the kernel.
+const KEEP_RESIDENT: usize = 8 << 20;
 
-    /// Logs what the guest printed, bounded per message: the first lines, each
-    /// escaped and marked as the guest's, then one line counting the rest.
-    fn log_output(&self, state: &GuestState, message: &Message) {
-        let (mut logged, mut logged_bytes, mut left_out) = (0, 0, 0);
-        for (stream, pipe) in [("stdout", &state.stdout), ("stderr", &state.stderr)] {
-            let bytes = pipe.contents();
-            for line in String::from_utf8_lossy(&bytes)
-                .lines()
-                .filter(|l| !l.is_empty())
-            {
-                if logged == LOGGED_OUTPUT_LINES || logged_bytes >= LOGGED_OUTPUT_BYTES {
-                    left_out += 1;
-                    continue;
-                }
-                let line = storable_text(line, LOGGED_LINE_BYTES);
-                logged += 1;
-                logged_bytes += line.len();
-                tracing::info!(
-                    plugin = %self.name,
-                    message_id = %message.message_id,
-                    "guest {stream}: {line}"
-                );
+/// Guest instances alive at once: one per batch in flight, plus hot-swap checks.
+const INSTANCE_SLOTS: u32 = 128;
+
+/// Advances the engine's epoch every tick until the engine is dropped.
+fn spawn_epoch_ticker(engine: &Engine) {
+    let weak = engine.weak();
+    thread::Builder::new()
+        .name("wasm-epoch".into())
+        .spawn(move || {
+            while let Some(engine) = weak.upgrade() {
+                engine.increment_epoch();
+                drop(engine);
+                thread::sleep(EPOCH_TICK);
             }
-        }
-        if left_out > 0 {
-            tracing::info!(plugin = %self.name, message_id = %message.message_id,
-                "guest output: {left_out} more lines not logged (at most {LOGGED_OUTPUT_LINES} lines, {LOGGED_OUTPUT_BYTES} bytes per message)");
-        }
-        let unlogged_refusals = state.refusals.saturating_sub(LOGGED_REFUSALS);
-        if unlogged_refusals > 0 {
-            tracing::warn!(plugin = %self.name, message_id = %message.message_id,
-                "guest statement refused: {unlogged_refusals} more refusals in this message not logged");
-        }
-    }
-}
-
-fn event_of(message: &Message) -> Event {
-    Event {
-        message_id: message.message_id.clone(),
-        topic: message.topic.clone(),
-        partition: message.partition,
-        offset: message.offset,
-        key: message.key.clone(),
-        headers: message
-            .headers
-            .iter()
-            .map(|h| Header {
-                key: h.key.clone(),
-                value: h.value.clone(),
-            })
-            .collect(),
-        payload: message.payload.clone(),
-    }
-}
-
-/// Names the trap: deadline, memory, stack, panic, lost connection or other.
-fn classify(error: &wasmtime::Error, state: &GuestState) -> HandlerError {
-    let detail = format!("{error:#}");
-    if let Some(lost) = error.downcast_ref::<ConnectionLost>() {
-        return HandlerError::new(FailureKind::Database, true, lost.to_string());
-    }
-    if let Some(blocked) = error.downcast_ref::<BlockedPastDeadline>() {
-        return HandlerError::new(FailureKind::Deadline, true, blocked.to_string());
-    }
-    if state.memory.refused {
-        return HandlerError::new(
-            FailureKind::Memory,
-            false,
-            format!("guest exceeded its memory cap: {detail}"),
-        );
-    }
-    match error.downcast_ref::<Trap>() {
-        Some(Trap::Interrupt) => HandlerError::new(
-            FailureKind::Deadline,
-            true,
-            "guest ran past its deadline and was interrupted",
-        ),
-        Some(Trap::StackOverflow) => {
-            HandlerError::new(FailureKind::Stack, false, "guest overflowed its stack")
-        }
-        Some(Trap::UnreachableCodeReached) => {
-            let stderr = state.stderr.contents();
-            let said = panic_message(&String::from_utf8_lossy(&stderr));
-            HandlerError::new(FailureKind::Panic, false, format!("guest panicked: {said}"))
-        }
-        _ => HandlerError::new(FailureKind::Trap, false, format!("guest trapped: {detail}")),
-    }
-}
-
-/// What a guest said when it panicked: Rust's `panicked at <place>:` line and
-/// the message after it (not the `note: run with RUST_BACKTRACE=1` hint that
-/// follows); for other languages, the last line it wrote.
-fn panic_message(stderr: &str) -> String {
-    let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
-    if let Some(at) = lines.iter().rposition(|l| l.contains("panicked at")) {
-        return lines[at..]
-            .iter()
-            .take_while(|l| !l.starts_with("note: run with `RUST_BACKTRACE"))
-            .copied()
-            .collect::<Vec<_>>()
-            .join(" ");
-    }
-    lines
-        .last()
-        .map_or_else(|| "no message".into(), |l| (*l).to_string())
-}
-
-/// A handler that failed or panicked after the host refused one of its
-/// statements failed because of the refusal: `db-rule`, which waiting cannot fix.
-fn blame_refusal(error: HandlerError, state: &GuestState) -> HandlerError {
-    match (&state.refused_statement, error.kind) {
-        (Some(refused), FailureKind::HandlerError | FailureKind::Panic) => HandlerError::new(
-            FailureKind::DbRule,
-            false,
-            format!(
-                "{} (after the host refused a statement: {} {})",
-                error.message, refused.code, refused.message
-            ),
-        ),
-        _ => error,
-    }
-}
-
-/// SQLSTATEs after which the same work may succeed: serialization failures and
-/// deadlocks (class 40), lock timeouts, cancelled statements.
-fn is_retryable_sqlstate(code: &str) -> bool {
-    code.starts_with("40") || code == "55P03" || code == "57014"
-}
-
-#[cfg(test)]
-mod tests {
-    use super::panic_message;
-
-    #[test]
-    fn a_rust_panic_is_named_by_its_message_not_the_backtrace_hint() {
-        let stderr = "\nthread '<unnamed>' panicked at src/lib.rs:9:5:\nbad order 7\nnote: run with `RUST_BACKTRACE=1` environment variable to display a backtrace\n";
-        assert_eq!(
-            panic_message(stderr),
-            "thread '<unnamed>' panicked at src/lib.rs:9:5: bad order 7"
-        );
-        assert_eq!(
-            panic_message("Traceback...\nValueError: x\n"),
-            "ValueError: x"
-        );
-        assert_eq!(panic_message(""), "no message");
-    }
+        })
+        .expect("spawning the epoch thread");
 }

@@ -5,30 +5,19 @@ use wasmtime::ResourceLimiter;
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
-use super::bindings::DbError;
 use super::clock::GuestClock;
-use super::engine::SandboxLimits;
+use super::db_session::DbSession;
+use super::limits::{SandboxLimits, MAX_TABLE_ELEMENTS};
 use super::sql_checks::CheckedStatements;
 use crate::inbox::Tx;
 
-/// Everything one message's guest instance can reach: the inbox transaction and a
-/// WASI context that denies the outside world.
+/// Everything one message's guest instance can reach: the `db` session on the
+/// inbox transaction and a WASI context that denies the outside world.
 pub(crate) struct GuestState {
-    /// `None` only for an offline check, where `db` calls trap.
-    pub tx: Option<Tx>,
-    /// The first statement PostgreSQL rejected: it aborted the transaction.
-    pub failed_statement: Option<DbError>,
+    /// The `db` interface's side (linked with a projection onto this field).
+    pub db: DbSession,
     /// How long the guest has run, not counting its waits on `db` calls.
     pub clock: GuestClock,
-    /// The first statement the host refused (it was not sent): a failure after it
-    /// is classified `db-rule`.
-    pub refused_statement: Option<DbError>,
-    pub statements: Arc<CheckedStatements>,
-    /// Parameter bytes allowed per statement, and sent so far by this message.
-    pub max_param_bytes: usize,
-    pub param_bytes: usize,
-    /// Statements the host refused for this message (only the first few are logged).
-    pub refusals: u32,
     pub memory: MemoryCap,
     pub stdout: MemoryOutputPipe,
     pub stderr: MemoryOutputPipe,
@@ -50,15 +39,10 @@ impl GuestState {
             .allow_udp(false)
             .allow_ip_name_lookup(false)
             .build();
+        let clock = GuestClock::start();
         Self {
-            tx,
-            failed_statement: None,
-            clock: GuestClock::start(),
-            refused_statement: None,
-            statements,
-            max_param_bytes: limits.max_param_bytes,
-            param_bytes: 0,
-            refusals: 0,
+            db: DbSession::new(tx, statements, limits.max_param_bytes, clock.clone()),
+            clock,
             memory: MemoryCap::new(limits.memory_bytes),
             stdout,
             stderr,
@@ -132,7 +116,7 @@ impl ResourceLimiter for MemoryCap {
         _maximum: Option<usize>,
     ) -> wasmtime::Result<bool> {
         let total = self.elements - current.min(self.elements) + desired;
-        if total > super::engine::MAX_TABLE_ELEMENTS {
+        if total > MAX_TABLE_ELEMENTS {
             return Ok(false);
         }
         self.elements = total;

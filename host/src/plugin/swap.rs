@@ -8,8 +8,8 @@ use std::time::Duration;
 use notify::{RecursiveMode, Watcher as _};
 use tokio::sync::mpsc;
 
-use super::engine::Runtime;
 use super::loader::{digest_of, Plugin};
+use super::runtime::Runtime;
 
 /// The plugin version new messages start on. A message in flight keeps the
 /// `Arc` it started with, so a swap takes effect at the next message boundary.

@@ -85,14 +85,21 @@ fn handle(event: &Event, db: &Db) -> Result<(), HandlerError> {
             for (i, value) in rows.get(0).expect("one row").values().iter().enumerate() {
                 seen(&format!("read {i}"), format!("{value:?}")).map_err(fatal)?;
             }
-            let back = db.query("SELECT $1::text, $2::text", &[Value::Timestamp(i64::MAX), Value::Timestamp(i64::MIN)])
+            let back = db
+                .query(
+                    "SELECT $1::text, $2::text",
+                    &[Value::Timestamp(i64::MAX), Value::Timestamp(i64::MIN)],
+                )
                 .map_err(fatal)?;
             let row = back.get(0).expect("one row");
             seen("bound", format!("{:?}", row.values())).map_err(fatal)?;
         }
         "timestamp-max" => {
-            db.query("SELECT '294276-12-31 23:59:59.999999+00'::timestamptz AS last", &[])
-                .map_err(fatal)?;
+            db.query(
+                "SELECT '294276-12-31 23:59:59.999999+00'::timestamptz AS last",
+                &[],
+            )
+            .map_err(fatal)?;
         }
         "extremes" => {
             let rows = db
@@ -108,7 +115,9 @@ fn handle(event: &Event, db: &Db) -> Result<(), HandlerError> {
                 .map_err(fatal)?;
             let values = rows.get(0).expect("one row").values().to_vec();
             for (i, value) in values.into_iter().enumerate() {
-                let back = db.query("SELECT $1::text", &[value.clone()]).map_err(fatal)?;
+                let back = db
+                    .query("SELECT $1::text", std::slice::from_ref(&value))
+                    .map_err(fatal)?;
                 let text = back.get(0).expect("one row").values().to_vec();
                 seen(&format!("{i:02}"), format!("{value:?} -> {text:?}")).map_err(fatal)?;
             }
@@ -130,7 +139,10 @@ fn handle(event: &Event, db: &Db) -> Result<(), HandlerError> {
 }
 
 fn lock_target(db: &Db) -> Result<(), HandlerError> {
-    db.execute("UPDATE hostile_target SET touched = touched + 1 WHERE id = 1", &[])
-        .map(drop)
-        .map_err(|e| HandlerError::fatal(e.to_string()))
+    db.execute(
+        "UPDATE hostile_target SET touched = touched + 1 WHERE id = 1",
+        &[],
+    )
+    .map(drop)
+    .map_err(|e| HandlerError::fatal(e.to_string()))
 }

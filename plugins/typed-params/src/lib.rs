@@ -9,8 +9,18 @@ inbox_guest::handler!(handle);
 const SQL: &str = "SELECT pg_typeof($1)::text AS seen";
 
 fn handle(_event: &Event, db: &Db) -> Result<(), HandlerError> {
-    let first: String = db.query(SQL, &["abc".into()])?.get(0).map(|r| r.get("seen")).transpose()?.unwrap_or_default();
-    let second: String = db.query(SQL, &[42i64.into()])?.get(0).map(|r| r.get("seen")).transpose()?.unwrap_or_default();
+    let first: String = db
+        .query(SQL, &["abc".into()])?
+        .get(0)
+        .map(|r| r.get("seen"))
+        .transpose()?
+        .unwrap_or_default();
+    let second: String = db
+        .query(SQL, &[42i64.into()])?
+        .get(0)
+        .map(|r| r.get("seen"))
+        .transpose()?
+        .unwrap_or_default();
     db.execute(
         "INSERT INTO typed_probe (first, second) VALUES ($1, $2)",
         &[first.into(), second.into()],

@@ -1,14 +1,56 @@
 //! The host side of the WIT `db` interface: every call runs on the message's
 //! inbox transaction, through sqlx's extended protocol.
 
+use std::sync::Arc;
+
 use super::bindings::inbox::host::{db, types};
 use super::bindings::{DbError, Rows, Value};
+use super::clock::GuestClock;
 use super::db_values::{
     bind_all, column_names, host_error, keyed_sql, param_bytes, row_footprint, row_values,
     INVALID_PARAMETER, RESULT_TOO_LARGE, STATEMENT_REFUSED,
 };
-use super::state::GuestState;
+use super::sql_checks::CheckedStatements;
 use crate::inbox::Tx;
+
+/// One message's `db` session: its transaction, and what its statements did.
+pub(crate) struct DbSession {
+    /// `None` only for an offline check, where `db` calls trap.
+    pub tx: Option<Tx>,
+    /// The first statement PostgreSQL rejected (it aborted the transaction), or
+    /// whose result the host refused after it ran: the transaction must not commit.
+    pub failed_statement: Option<DbError>,
+    /// The first statement the host refused (it was not sent): a failure after it
+    /// is classified `db-rule`.
+    pub refused_statement: Option<DbError>,
+    /// Statements the host refused for this message (only the first few are logged).
+    pub refusals: u32,
+    statements: Arc<CheckedStatements>,
+    /// Parameter bytes allowed per statement, and sent so far by this message.
+    max_param_bytes: usize,
+    param_bytes: usize,
+    clock: GuestClock,
+}
+
+impl DbSession {
+    pub fn new(
+        tx: Option<Tx>,
+        statements: Arc<CheckedStatements>,
+        max_param_bytes: usize,
+        clock: GuestClock,
+    ) -> Self {
+        Self {
+            tx,
+            failed_statement: None,
+            refused_statement: None,
+            refusals: 0,
+            statements,
+            max_param_bytes,
+            param_bytes: 0,
+            clock,
+        }
+    }
+}
 
 /// A failure of the database connection itself (not of a statement): the guest
 /// cannot act on it, so it traps and the message is retried.
@@ -16,27 +58,21 @@ use crate::inbox::Tx;
 #[error("database connection failed during a guest statement: {0}")]
 pub(crate) struct ConnectionLost(pub sqlx::Error);
 
-impl types::Host for GuestState {}
+impl types::Host for DbSession {}
 
-impl db::Host for GuestState {
+impl db::Host for DbSession {
     async fn execute(
         &mut self,
         sql: String,
         params: Vec<Value>,
     ) -> wasmtime::Result<Result<u64, DbError>> {
-        let sql = match self.admit(&sql, &params) {
-            Ok(keyed) => keyed,
-            Err(refused) => return Ok(Err(refused)),
-        };
-        let query = match bind_all(guest_statement(&sql), params) {
-            Ok(q) => q,
-            Err(e) => return Ok(Err(e)),
-        };
-        let tx = transaction(&mut self.tx)?;
-        self.clock.db_wait_begins();
-        let done = query.execute(&mut **tx).await;
-        self.clock.db_wait_ends();
-        self.settle(done.map(|r| r.rows_affected()))
+        Ok(self
+            .run(&sql, params, Want::Count)
+            .await?
+            .map(|answer| match answer {
+                Answer::Count(n) => n,
+                Answer::Rows(_) => unreachable!("a count was asked for"),
+            }))
     }
 
     async fn query(
@@ -44,32 +80,67 @@ impl db::Host for GuestState {
         sql: String,
         params: Vec<Value>,
     ) -> wasmtime::Result<Result<Rows, DbError>> {
-        let sql = match self.admit(&sql, &params) {
+        Ok(self
+            .run(&sql, params, Want::Rows)
+            .await?
+            .map(|answer| match answer {
+                Answer::Rows(rows) => rows,
+                Answer::Count(_) => unreachable!("rows were asked for"),
+            }))
+    }
+}
+
+/// What a statement's caller wants back: `execute` a count, `query` the rows.
+enum Want {
+    Count,
+    Rows,
+}
+
+enum Answer {
+    Count(u64),
+    Rows(Rows),
+}
+
+impl DbSession {
+    /// The one path of every statement: checked and bounded, bound, run on the
+    /// message's transaction (the wait not counted against the guest's
+    /// deadline), and its outcome turned into what the guest sees.
+    async fn run(
+        &mut self,
+        sql: &str,
+        params: Vec<Value>,
+        want: Want,
+    ) -> wasmtime::Result<Result<Answer, DbError>> {
+        let keyed = match self.admit(sql, &params) {
             Ok(keyed) => keyed,
             Err(refused) => return Ok(Err(refused)),
         };
-        let query = match bind_all(guest_statement(&sql), params) {
+        let query = match bind_all(guest_statement(&keyed), params) {
             Ok(q) => q,
             Err(e) => return Ok(Err(e)),
         };
         let tx = transaction(&mut self.tx)?;
         self.clock.db_wait_begins();
-        let fetched = fetch_bounded(query, tx).await;
+        let done = match want {
+            Want::Count => query
+                .execute(&mut **tx)
+                .await
+                .map(|r| Ok(Answer::Count(r.rows_affected()))),
+            Want::Rows => fetch_bounded(query, tx).await.map(|r| r.map(Answer::Rows)),
+        };
         self.clock.db_wait_ends();
-        match fetched {
-            Ok(Ok(rows)) => Ok(Ok(rows)),
+        match done {
+            Ok(Ok(answer)) => Ok(Ok(answer)),
             // The statement ran (and may have written) before its result was
             // refused: like a failed statement, the transaction will not commit.
             Ok(Err(refused)) => {
                 self.failed_statement.get_or_insert_with(|| refused.clone());
                 Ok(Err(refused))
             }
-            Err(e) => self.settle(Err(e)),
+            Err(e) => self.settle(e),
         }
     }
-}
 
-impl GuestState {
     /// Checks a guest statement and returns the SQL to prepare (keyed by its
     /// parameter types). A refusal is remembered so the failure is classified as a
     /// broken rule.
@@ -137,15 +208,11 @@ impl GuestState {
         }
     }
 
-    /// Turns a statement's result into what the guest sees, remembering the first
-    /// statement PostgreSQL rejected (it aborted the transaction).
-    fn settle<T>(
-        &mut self,
-        result: Result<T, sqlx::Error>,
-    ) -> wasmtime::Result<Result<T, DbError>> {
-        match result {
-            Ok(v) => Ok(Ok(v)),
-            Err(sqlx::Error::Database(e)) => {
+    /// Turns a failed statement into what the guest sees (remembering the first,
+    /// which aborted the transaction), or a trap when the connection is gone.
+    fn settle<T>(&mut self, error: sqlx::Error) -> wasmtime::Result<Result<T, DbError>> {
+        match error {
+            sqlx::Error::Database(e) => {
                 let error = DbError {
                     code: e.code().map(|c| c.into_owned()).unwrap_or_default(),
                     message: crate::inbox::storable_text(
@@ -156,10 +223,10 @@ impl GuestState {
                 self.failed_statement.get_or_insert_with(|| error.clone());
                 Ok(Err(error))
             }
-            Err(e) if lost_connection(&e) => Err(ConnectionLost(e).into()),
+            e if lost_connection(&e) => Err(ConnectionLost(e).into()),
             // The statement and its parameters did not fit the protocol or their
             // types (the guest's doing, not the network's): the statement failed.
-            Err(e) => {
+            e => {
                 let error = host_error(
                     INVALID_PARAMETER,
                     format!("the statement could not be run with these parameters: {e}"),

@@ -1,0 +1,256 @@
+//! Running a plugin for one message: a fresh store that owns the inbox
+//! transaction, one instance, one call, and a verdict the runner can act on.
+
+use wasmtime::{Store, Trap, UpdateDeadline};
+
+use super::bindings::{Event, Header};
+use super::db_session::{ConnectionLost, LOGGED_REFUSALS};
+use super::loader::{LoadError, Plugin};
+use super::state::GuestState;
+use crate::inbox::{storable_text, FailureKind, Handler, HandlerError, Message, Tx};
+
+/// Guest output logged per message: lines, bytes in all, and bytes per line.
+const LOGGED_OUTPUT_LINES: usize = 20;
+const LOGGED_OUTPUT_BYTES: usize = 8 << 10;
+const LOGGED_LINE_BYTES: usize = 1024;
+
+/// The guest was still blocked in a host call when its deadline passed.
+#[derive(Debug, thiserror::Error)]
+#[error("guest was blocked in a host call (such as a sleep) past its deadline and was cancelled")]
+struct BlockedPastDeadline;
+
+impl Handler for Plugin {
+    fn version(&self) -> &str {
+        &self.digest
+    }
+
+    async fn handle(&self, message: &Message, tx: Tx) -> (Tx, Result<(), HandlerError>) {
+        let mut store = self.new_store(Some(tx));
+        let clock = store.data().clock.clone();
+        let call = async {
+            let instance = self.pre.instantiate_async(&mut store).await?;
+            instance.call_handle(&mut store, &event_of(message)).await
+        };
+        // The epoch stops a guest running wasm; a guest blocked in a host call
+        // (a WASI sleep) is stopped here, its call dropped.
+        let returned = tokio::select! {
+            returned = call => returned,
+            () = clock.reaches(self.runtime.limits.deadline) => Err(BlockedPastDeadline.into()),
+        };
+        let state = store.into_data();
+        self.log_output(&state, message);
+        let verdict = match returned {
+            Ok(Ok(())) => match &state.db.failed_statement {
+                // PostgreSQL aborted the transaction; say why rather than letting
+                // the runner find it unusable.
+                Some(e) => Err(HandlerError::new(
+                    FailureKind::TransactionBroken,
+                    is_retryable_sqlstate(&e.code),
+                    format!(
+                        "the handler returned ok after a statement failed ({} {}); a failed \
+                         statement aborts the transaction, so nothing was committed",
+                        e.code, e.message
+                    ),
+                )),
+                None => Ok(()),
+            },
+            Ok(Err(e)) => Err(HandlerError::new(
+                FailureKind::HandlerError,
+                e.retryable,
+                e.message,
+            )),
+            Err(trap) => Err(classify(&trap, &state)),
+        }
+        .map_err(|error| blame_refusal(error, &state));
+        let tx = state
+            .db
+            .tx
+            .expect("the store owns the transaction until the call ends");
+        (tx, verdict)
+    }
+}
+
+impl Plugin {
+    /// Instantiates the plugin once in the sandbox without a transaction: what
+    /// `inbox-host check` and a hot swap do before accepting a new version.
+    pub async fn check_instantiation(&self) -> Result<(), LoadError> {
+        let mut store = self.new_store(None);
+        self.pre
+            .instantiate_async(&mut store)
+            .await
+            .map(drop)
+            .map_err(|e| LoadError::Instantiate {
+                path: self.name.clone(),
+                reason: format!("{e:#}"),
+            })
+    }
+
+    fn new_store(&self, tx: Option<Tx>) -> Store<GuestState> {
+        let limits = &self.runtime.limits;
+        let mut store = Store::new(
+            &self.runtime.engine,
+            GuestState::new(tx, limits, self.runtime.statements.clone()),
+        );
+        store.limiter(|state| &mut state.memory);
+        // Checked every epoch tick: the deadline counts time running wasm, not time
+        // waiting on queries (statement_timeout bounds those). Between checks the
+        // guest yields, so a busy guest does not hold an executor thread.
+        let deadline = limits.deadline;
+        store.set_epoch_deadline(1);
+        store.epoch_deadline_callback(move |ctx| {
+            Ok(if ctx.data().clock.ran_for() >= deadline {
+                UpdateDeadline::Interrupt
+            } else {
+                UpdateDeadline::Yield(1)
+            })
+        });
+        store
+    }
+
+    /// Logs what the guest printed, bounded per message: the first lines, each
+    /// escaped and marked as the guest's, then one line counting the rest.
+    fn log_output(&self, state: &GuestState, message: &Message) {
+        let (mut logged, mut logged_bytes, mut left_out) = (0, 0, 0);
+        for (stream, pipe) in [("stdout", &state.stdout), ("stderr", &state.stderr)] {
+            let bytes = pipe.contents();
+            for line in String::from_utf8_lossy(&bytes)
+                .lines()
+                .filter(|l| !l.is_empty())
+            {
+                if logged == LOGGED_OUTPUT_LINES || logged_bytes >= LOGGED_OUTPUT_BYTES {
+                    left_out += 1;
+                    continue;
+                }
+                let line = storable_text(line, LOGGED_LINE_BYTES);
+                logged += 1;
+                logged_bytes += line.len();
+                tracing::info!(
+                    plugin = %self.name,
+                    message_id = %message.message_id,
+                    "guest {stream}: {line}"
+                );
+            }
+        }
+        if left_out > 0 {
+            tracing::info!(plugin = %self.name, message_id = %message.message_id,
+                "guest output: {left_out} more lines not logged (at most {LOGGED_OUTPUT_LINES} lines, {LOGGED_OUTPUT_BYTES} bytes per message)");
+        }
+        let unlogged_refusals = state.db.refusals.saturating_sub(LOGGED_REFUSALS);
+        if unlogged_refusals > 0 {
+            tracing::warn!(plugin = %self.name, message_id = %message.message_id,
+                "guest statement refused: {unlogged_refusals} more refusals in this message not logged");
+        }
+    }
+}
+
+fn event_of(message: &Message) -> Event {
+    Event {
+        message_id: message.message_id.clone(),
+        topic: message.topic.clone(),
+        partition: message.partition,
+        offset: message.offset,
+        key: message.key.clone(),
+        headers: message
+            .headers
+            .iter()
+            .map(|h| Header {
+                key: h.key.clone(),
+                value: h.value.clone(),
+            })
+            .collect(),
+        payload: message.payload.clone(),
+    }
+}
+
+/// Names the trap: deadline, memory, stack, panic, lost connection or other.
+fn classify(error: &wasmtime::Error, state: &GuestState) -> HandlerError {
+    let detail = format!("{error:#}");
+    if let Some(lost) = error.downcast_ref::<ConnectionLost>() {
+        return HandlerError::new(FailureKind::Database, true, lost.to_string());
+    }
+    if let Some(blocked) = error.downcast_ref::<BlockedPastDeadline>() {
+        return HandlerError::new(FailureKind::Deadline, true, blocked.to_string());
+    }
+    if state.memory.refused {
+        return HandlerError::new(
+            FailureKind::Memory,
+            false,
+            format!("guest exceeded its memory cap: {detail}"),
+        );
+    }
+    match error.downcast_ref::<Trap>() {
+        Some(Trap::Interrupt) => HandlerError::new(
+            FailureKind::Deadline,
+            true,
+            "guest ran past its deadline and was interrupted",
+        ),
+        Some(Trap::StackOverflow) => {
+            HandlerError::new(FailureKind::Stack, false, "guest overflowed its stack")
+        }
+        Some(Trap::UnreachableCodeReached) => {
+            let stderr = state.stderr.contents();
+            let said = panic_message(&String::from_utf8_lossy(&stderr));
+            HandlerError::new(FailureKind::Panic, false, format!("guest panicked: {said}"))
+        }
+        _ => HandlerError::new(FailureKind::Trap, false, format!("guest trapped: {detail}")),
+    }
+}
+
+/// What a guest said when it panicked: Rust's `panicked at <place>:` line and
+/// the message after it (not the `note: run with RUST_BACKTRACE=1` hint that
+/// follows); for other languages, the last line it wrote.
+fn panic_message(stderr: &str) -> String {
+    let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+    if let Some(at) = lines.iter().rposition(|l| l.contains("panicked at")) {
+        return lines[at..]
+            .iter()
+            .take_while(|l| !l.starts_with("note: run with `RUST_BACKTRACE"))
+            .copied()
+            .collect::<Vec<_>>()
+            .join(" ");
+    }
+    lines
+        .last()
+        .map_or_else(|| "no message".into(), |l| (*l).to_string())
+}
+
+/// A handler that failed or panicked after the host refused one of its
+/// statements failed because of the refusal: `db-rule`, which waiting cannot fix.
+fn blame_refusal(error: HandlerError, state: &GuestState) -> HandlerError {
+    match (&state.db.refused_statement, error.kind) {
+        (Some(refused), FailureKind::HandlerError | FailureKind::Panic) => HandlerError::new(
+            FailureKind::DbRule,
+            false,
+            format!(
+                "{} (after the host refused a statement: {} {})",
+                error.message, refused.code, refused.message
+            ),
+        ),
+        _ => error,
+    }
+}
+
+/// SQLSTATEs after which the same work may succeed: serialization failures and
+/// deadlocks (class 40), lock timeouts, cancelled statements.
+fn is_retryable_sqlstate(code: &str) -> bool {
+    code.starts_with("40") || code == "55P03" || code == "57014"
+}
+
+#[cfg(test)]
+mod tests {
+    use super::panic_message;
+
+    #[test]
+    fn a_rust_panic_is_named_by_its_message_not_the_backtrace_hint() {
+        let stderr = "\nthread '<unnamed>' panicked at src/lib.rs:9:5:\nbad order 7\nnote: run with `RUST_BACKTRACE=1` environment variable to display a backtrace\n";
+        assert_eq!(
+            panic_message(stderr),
+            "thread '<unnamed>' panicked at src/lib.rs:9:5: bad order 7"
+        );
+        assert_eq!(
+            panic_message("Traceback...\nValueError: x\n"),
+            "ValueError: x"
+        );
+        assert_eq!(panic_message(""), "no message");
+    }
+}

@@ -1,0 +1,44 @@
+//! What one message's guest may use: the limits every part of the sandbox reads.
+
+use std::time::Duration;
+
+/// Wall-clock resolution of the per-message CPU deadline.
+pub(crate) const EPOCH_TICK: Duration = Duration::from_millis(10);
+
+/// What one message's guest may use.
+#[derive(Debug, Clone)]
+pub struct SandboxLimits {
+    /// The longest a guest may run wasm for one message (wall-clock, checked every
+    /// 10 ms). Time waiting on `db` calls does not count: `statement_timeout`
+    /// bounds those, since an epoch cannot interrupt a host await.
+    pub deadline: Duration,
+    /// The most linear memory a guest may have, in bytes: all memories of all
+    /// its instances together.
+    pub memory_bytes: usize,
+    /// The most bytes of parameters one statement may send; a message's
+    /// statements together may send 16 times this.
+    pub max_param_bytes: usize,
+    /// The most native stack wasm code may use, in bytes.
+    pub max_stack_bytes: usize,
+    /// Bytes of stdout and of stderr kept per message for the host log.
+    pub output_bytes: usize,
+    /// Check guest SQL before it runs (docs/security.md). Off only to measure
+    /// what the check costs; never in production.
+    pub check_sql: bool,
+}
+
+impl Default for SandboxLimits {
+    fn default() -> Self {
+        Self {
+            deadline: Duration::from_secs(5),
+            memory_bytes: 64 << 20,
+            max_param_bytes: 1 << 20,
+            max_stack_bytes: 512 << 10,
+            output_bytes: 256 << 10,
+            check_sql: true,
+        }
+    }
+}
+
+/// The most elements a guest table may grow to.
+pub(crate) const MAX_TABLE_ELEMENTS: usize = 100_000;
