@@ -1,6 +1,9 @@
 //! What a guest can reach, and the limits that stop it.
 
+use std::time::Duration;
+
 use inbox_host::inbox::{FailureKind, Outcome};
+use inbox_host::plugin::{Plugin, Runtime, SandboxLimits};
 use inbox_host_tests::{order, TestDb};
 
 use crate::inbox_core::{load, runner};
@@ -42,9 +45,14 @@ async fn a_guest_cannot_read_files_list_directories_see_the_environment_or_open_
     }
 }
 
-async fn trap_kind(plugin: &str) -> FailureKind {
+/// Runs `plugin` once under `limits` and returns how it failed. Each test sets
+/// the limits it does not test out of the way, so a loaded machine cannot make
+/// another limit fire first.
+async fn trap_kind(plugin: &str, limits: SandboxLimits) -> FailureKind {
     let db = TestDb::start().await;
-    let outcome = runner(&db).process(&order("o-1", 1), &load(plugin)).await;
+    let runtime = Runtime::new(limits).expect("runtime");
+    let guest = Plugin::load(&runtime, &inbox_host_tests::plugin(plugin)).expect("plugin loads");
+    let outcome = runner(&db).process(&order("o-1", 1), &guest).await;
     let Outcome::Failed(error) = outcome else {
         panic!("{plugin}: expected a failure, got {outcome:?}")
     };
@@ -61,17 +69,38 @@ async fn trap_kind(plugin: &str) -> FailureKind {
 
 #[tokio::test]
 async fn an_infinite_loop_is_stopped_by_the_deadline() {
-    assert_eq!(trap_kind("infinite-loop").await, FailureKind::Deadline);
+    let limits = SandboxLimits {
+        deadline: Duration::from_millis(500),
+        ..SandboxLimits::default()
+    };
+    assert_eq!(
+        trap_kind("infinite-loop", limits).await,
+        FailureKind::Deadline
+    );
 }
 
 #[tokio::test]
 async fn a_memory_bomb_is_stopped_by_the_memory_cap() {
-    assert_eq!(trap_kind("memory-bomb").await, FailureKind::Memory);
+    assert_eq!(
+        trap_kind("memory-bomb", far_deadline()).await,
+        FailureKind::Memory
+    );
 }
 
 #[tokio::test]
 async fn unbounded_recursion_is_stopped_by_the_stack_limit() {
-    assert_eq!(trap_kind("deep-recursion").await, FailureKind::Stack);
+    assert_eq!(
+        trap_kind("deep-recursion", far_deadline()).await,
+        FailureKind::Stack
+    );
+}
+
+fn far_deadline() -> SandboxLimits {
+    SandboxLimits {
+        deadline: Duration::from_secs(120),
+        memory_bytes: 32 << 20,
+        ..SandboxLimits::default()
+    }
 }
 
 /// A component whose core module has two linear memories of 60 MiB each: each
@@ -113,13 +142,13 @@ fn two_memories_of_60_mib() -> std::path::PathBuf {
 #[tokio::test]
 async fn the_memory_cap_covers_all_memories_of_a_guest_together() {
     let db = TestDb::start().await;
-    let limits = inbox_host::plugin::SandboxLimits {
+    let limits = SandboxLimits {
         memory_bytes: 64 << 20,
-        ..Default::default()
+        ..far_deadline()
     };
-    let runtime = inbox_host::plugin::Runtime::new(limits).expect("runtime");
+    let runtime = Runtime::new(limits).expect("runtime");
     let path = two_memories_of_60_mib();
-    let plugin = inbox_host::plugin::Plugin::load(&runtime, &path).expect("loads");
+    let plugin = Plugin::load(&runtime, &path).expect("loads");
     let _ = std::fs::remove_file(&path);
     let outcome = runner(&db).process(&order("o-1", 1), &plugin).await;
     let Outcome::Failed(error) = outcome else {

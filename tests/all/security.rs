@@ -29,6 +29,10 @@ struct Session {
 
 impl Arena {
     async fn new() -> Self {
+        Self::with_statement_timeout(Duration::from_millis(1_000)).await
+    }
+
+    async fn with_statement_timeout(statement_timeout: Duration) -> Self {
         let db = TestDb::start().await;
         let pool = inbox::pool_options(1).connect(&db.url).await.expect("pool");
         let runner = Runner::new(
@@ -38,7 +42,7 @@ impl Arena {
                 worker_id: "arena".into(),
                 strategy: Strategy::ExactlyOnceInbox,
                 lock_timeout: Duration::from_millis(300),
-                statement_timeout: Duration::from_millis(1_000),
+                statement_timeout,
                 transaction_timeout: Duration::from_secs(30),
                 guest_role: Some(inbox::DEFAULT_GUEST_ROLE.into()),
             },
@@ -252,7 +256,9 @@ async fn a_guest_query_running_past_statement_timeout_is_cancelled() {
 
 #[tokio::test]
 async fn a_query_returning_more_than_the_bound_is_refused_without_buffering_it_all() {
-    let arena = Arena::new().await;
+    // The statement timeout out of the way: on a loaded machine it could end
+    // the query before the bound does.
+    let arena = Arena::with_statement_timeout(Duration::from_secs(120)).await;
     let message = arena
         .repel("query:SELECT g, repeat('x', 100) FROM generate_series(1, 1000000) g")
         .await;
