@@ -393,3 +393,93 @@ async fn every_value_type_crosses_at_its_extremes_in_both_directions() {
     ];
     assert_eq!(seen, expected);
 }
+
+/// Every attack in a row against the real binary: the host survives them all
+/// (no restart, no panic in its log), each ends as documented within its bound
+/// (processed, or set aside after its attempts), and a harmless record after
+/// them is handled.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_binary_survives_every_attack_in_a_row_and_each_ends_as_documented() {
+    let stage = Stage::new(1).await;
+    let attacks = [
+        ("timestamps", "timestamps"),
+        ("timestamp-max", "timestamp-max"),
+        ("extremes", "extremes"),
+        ("sleep", "sleep 30000"),
+        ("busy", "busy-statements"),
+        ("params", "params 70000"),
+        ("big-param", "big-param 25000000"),
+        ("nulls", "nulls 100000"),
+        ("refused-result", "refused-result"),
+        ("slow-check", "slow-check"),
+        ("harmless", "print 1"),
+    ];
+    let records = attacks
+        .iter()
+        .map(|(id, payload)| stage.record(id, Some(0), *payload))
+        .collect();
+    stage.produce(records).await;
+    let started = Instant::now();
+    let mut host: Host = stage.spawn_host(
+        &plugin("hostile"),
+        &[
+            "--guest-deadline-ms",
+            "500",
+            "--transaction-timeout-ms",
+            "2000",
+            "--statement-timeout-ms",
+            "1000",
+            "--max-attempts",
+            "2",
+            "--max-fatal-attempts",
+            "2",
+        ],
+    );
+    wait_until("every attack done and committed", LONG, || async {
+        stage.committed(0).await == Some(attacks.len() as i64)
+    })
+    .await;
+    eprintln!(
+        "{} attacks handled in {:?}",
+        attacks.len(),
+        started.elapsed()
+    );
+    assert!(host.is_running(), "the host exited:\n{}", host.log());
+    assert!(!host.log().contains("panicked"), "{}", host.log());
+
+    let processed: Vec<String> =
+        sqlx::query_scalar("SELECT message_id FROM inbox_host.inbox ORDER BY kafka_offset")
+            .fetch_all(&stage.db.pool)
+            .await
+            .expect("inbox");
+    assert_eq!(processed, ["timestamps", "extremes", "harmless"]);
+    let letters: Vec<(String, String)> = sqlx::query_as(
+        "SELECT message_id, reason FROM inbox_host.dead_letters ORDER BY kafka_offset",
+    )
+    .fetch_all(&stage.db.pool)
+    .await
+    .expect("dead letters");
+    let expected = [
+        ("timestamp-max", "IH003"),
+        ("sleep", "deadline"),
+        ("busy", "--transaction-timeout-ms"),
+        ("params", "IH002"),
+        ("big-param", "IH002"),
+        ("nulls", "IH004"),
+        ("refused-result", "transaction-broken"),
+        ("slow-check", "IH001"),
+    ];
+    assert_eq!(letters.len(), expected.len(), "{letters:#?}");
+    for ((id, reason), (expected_id, cause)) in letters.iter().zip(expected) {
+        assert_eq!(id, expected_id);
+        assert!(reason.contains(cause), "{id}: {reason}");
+    }
+    assert_eq!(
+        stage
+            .db
+            .count("SELECT touched::bigint FROM hostile_target WHERE id = 1")
+            .await,
+        0
+    );
+    assert!(host.stop(), "{}", host.log());
+}

@@ -16,6 +16,8 @@
 //! - `extremes`: reads each type's extreme values, binds each back, and writes
 //!   both to `hostile_seen`.
 //! - `nulls <rows>`: selects that many rows of 400 NULLs.
+//! - `slow-check`: a 64 KiB statement built to be slow to check (a syntax
+//!   error after 21,000 copies of its token).
 //! - `refused-result`: inserts into `hostile_seen`, then reads back a column
 //!   type the host refuses (IH003), ignores the error and returns ok.
 use inbox_guest::{Db, Event, HandlerError, Value};
@@ -128,6 +130,10 @@ fn handle(event: &Event, db: &Db) -> Result<(), HandlerError> {
                 vec!["NULL::int"; 400].join(", ")
             );
             db.query(&sql, &[]).map_err(fatal)?;
+        }
+        "slow-check" => {
+            let sql = format!("SELECT t{} t t", ", t".repeat(21_000));
+            db.execute(&sql, &[]).map_err(fatal)?;
         }
         "refused-result" => {
             seen("refused-result", "written before the refused result".into()).map_err(fatal)?;
