@@ -13,10 +13,21 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
     args_conflicts_with_subcommands = true
 )]
 pub struct Cli {
+    /// How log lines are written to stderr: `text` (colour only on a terminal,
+    /// never with NO_COLOR set) or `json` (one object per line).
+    #[arg(long, global = true, env = "INBOX_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
     #[command(subcommand)]
     pub command: Option<Command>,
     #[command(flatten)]
     pub run: RunArgs,
+}
+
+/// How log lines are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
 }
 
 // Parsed once at start; boxing the large variant would buy nothing.
@@ -191,6 +202,10 @@ pub struct RunArgs {
     /// statements together may send 16 times this).
     #[arg(long, env = "INBOX_MAX_PARAM_BYTES", default_value_t = 1 << 20)]
     pub max_param_bytes: usize,
+    /// `/health/ready` says not ready when a partition with records waiting has
+    /// made no progress for this many seconds (a poison record, a stuck handler).
+    #[arg(long, env = "INBOX_STALL_AFTER_SECS", default_value_t = 60)]
+    pub stall_after_secs: u64,
 }
 
 #[derive(Debug, Clone, Args)]

@@ -7,11 +7,11 @@ use inbox_host::telemetry;
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    telemetry::init();
     let cli = match Cli::from_arg_matches(&Cli::command().version(version()).get_matches()) {
         Ok(cli) => cli,
         Err(e) => e.exit(),
     };
+    telemetry::init(cli.log_format);
     let result = match cli.command.unwrap_or(Command::Run(cli.run)) {
         Command::Run(args) => match RunSettings::from_args(args) {
             Ok(settings) => app::run(settings, shutdown_signal()).await,
@@ -51,7 +51,7 @@ async fn main() -> ExitCode {
 
 /// `0.2.0 (commit 1a2b3c4d5e6f, wasmtime 48.0.8, librdkafka 2.12.1)`.
 fn version() -> &'static str {
-    let (_, librdkafka) = rdkafka::util::get_rdkafka_version();
+    let librdkafka = inbox_host::kafka::librdkafka_version();
     let text = format!(
         "{} (commit {}, wasmtime {}, librdkafka {librdkafka})",
         env!("CARGO_PKG_VERSION"),

@@ -2,7 +2,7 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use inbox_host_tests::host::http_get;
+use inbox_host_tests::host::{http_body, http_get, http_request};
 use inbox_host_tests::stage::Stage;
 use inbox_host_tests::{host, plugin, wait_until};
 
@@ -364,45 +364,173 @@ async fn records_the_host_cannot_use_are_set_aside_with_a_reason_and_never_skipp
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn the_status_endpoint_counts_outcomes_by_kind_and_names_the_active_digest() {
+async fn the_status_endpoint_serves_metrics_promtool_accepts_and_health_and_logs_are_json() {
     let stage = Stage::new(1).await;
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .expect("port")
-        .local_addr()
-        .expect("addr")
-        .port();
-    let addr = format!("127.0.0.1:{port}");
+    let addr = host::free_addr();
     let host = stage.spawn_host(
         &plugin("billing"),
-        &["--status-addr", &addr, "--max-attempts", "2"],
+        &[
+            "--status-addr",
+            &addr,
+            "--max-attempts",
+            "2",
+            "--log-format",
+            "json",
+        ],
     );
     let mut records: Vec<_> = (0..3).map(|n| stage.order(&format!("ok-{n}"), n)).collect();
     records.push(stage.record("bad", Some(0), "not json"));
     stage.produce(records).await;
-    wait_until("the bad record set aside", LONG, || async {
-        stage
-            .db
-            .count("SELECT count(*) FROM inbox_host.dead_letters")
-            .await
-            == 1
-    })
+    wait_until(
+        "the bad record set aside and every offset committed",
+        LONG,
+        || async { stage.committed(0).await == Some(4) },
+    )
     .await;
 
-    let metrics = http_get(&addr, "/metrics");
-    assert!(
-        metrics.contains("inbox_messages_total{outcome=\"processed\"} 3"),
-        "{metrics}"
-    );
-    assert!(
-        metrics.contains("inbox_messages_total{outcome=\"failed\",kind=\"handler-error\"} 1"),
-        "{metrics}"
-    );
-    assert!(
-        metrics.contains("inbox_messages_total{outcome=\"set_aside\"} 1"),
-        "{metrics}"
-    );
+    let metrics = http_body(&http_get(&addr, "/metrics")).to_string();
+    for sample in [
+        "inbox_host_messages_total{outcome=\"processed\"} 3",
+        "inbox_host_messages_total{outcome=\"failed\",kind=\"handler-error\"} 1",
+        "inbox_host_messages_total{outcome=\"set_aside\"} 1",
+        "inbox_host_dead_letters_total{kind=\"handler-error\"} 1",
+        "inbox_host_assigned_partitions 1",
+        "inbox_host_batch_size_count ",
+        "inbox_host_transaction_duration_seconds_bucket{le=",
+        "inbox_host_end_to_end_latency_seconds_count 4",
+        "inbox_host_db_connections{state=\"idle\"}",
+        "inbox_host_build_info{version=",
+        "inbox_host_guest_run_seconds_total ",
+    ] {
+        assert!(metrics.contains(sample), "no `{sample}` in:\n{metrics}");
+    }
     let digest = inbox_host::plugin::digest_of(&std::fs::read(plugin("billing")).expect("billing"));
+    assert!(
+        metrics.contains(&format!("inbox_host_plugin{{digest=\"{digest}\"}} 1")),
+        "{metrics}"
+    );
+    let checked = std::process::Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .and_then(|mut promtool| {
+            use std::io::Write;
+            promtool
+                .stdin
+                .take()
+                .expect("stdin")
+                .write_all(metrics.as_bytes())?;
+            promtool.wait_with_output()
+        })
+        .expect("promtool (scripts/setup installs Debian's prometheus package)");
+    assert!(
+        checked.status.success() && checked.stdout.is_empty() && checked.stderr.is_empty(),
+        "promtool check metrics: {}{}",
+        String::from_utf8_lossy(&checked.stdout),
+        String::from_utf8_lossy(&checked.stderr)
+    );
+
+    let ready = http_get(&addr, "/health/ready");
+    assert!(ready.starts_with("HTTP/1.1 200"), "{ready}");
+    let ready: serde_json::Value = serde_json::from_str(http_body(&ready)).expect("JSON");
+    assert_eq!(ready["ready"], true);
+    assert_eq!(ready["plugin"], digest.as_str());
+    assert!(http_get(&addr, "/health/live").starts_with("HTTP/1.1 200"));
     assert!(http_get(&addr, "/health").contains(&format!("ok plugin={digest}")));
+    assert!(http_request(&addr, "HEAD", "/health/ready").starts_with("HTTP/1.1 200"));
+    assert!(http_get(&addr, "/health/readyz").starts_with("HTTP/1.1 404"));
+    assert!(http_get(&addr, "/metrics/").starts_with("HTTP/1.1 404"));
+
+    let log = host.log();
+    let lines: Vec<serde_json::Value> = log
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect();
+    assert!(
+        lines.iter().any(|l| l["message_id"] == "bad"
+            && l["kind"] == "handler-error"
+            && l["level"] == "WARN"),
+        "no JSON line for the failed record:\n{log}"
+    );
+    drop(host);
+}
+
+/// A partition held by a failing record: its lag shows in `/metrics` and,
+/// after `--stall-after`, `/health/ready` names it; once the cause is fixed
+/// the partition drains, lag falls to 0 and the host is ready again.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stuck_partition_shows_as_lag_and_not_ready_until_it_drains() {
+    let stage = Stage::new(1).await;
+    stage
+        .db
+        .execute("CREATE TABLE gate (open int); GRANT SELECT ON gate TO inbox_guest")
+        .await;
+    let mut records = vec![stage.record(
+        "gated",
+        Some(0),
+        "SELECT 1 / (SELECT count(*)::int FROM gate)",
+    )];
+    records.extend((0..20).map(|n| stage.record(&format!("after-{n}"), Some(0), "SELECT 1")));
+    stage.produce(records).await;
+    let addr = host::free_addr();
+    let mut host = stage.spawn_host(
+        &plugin("sql-runner"),
+        &[
+            "--status-addr",
+            &addr,
+            "--stall-after-secs",
+            "3",
+            "--max-fatal-attempts",
+            "1000000",
+        ],
+    );
+    let lag = || {
+        let metrics = http_body(&http_get(&addr, "/metrics")).to_string();
+        metrics
+            .lines()
+            .find(|l| l.starts_with("inbox_host_consumer_lag{"))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse::<i64>().ok())
+    };
+    let ready = || http_get(&addr, "/health/ready");
+    wait_until("the status endpoint listening", LONG, || async {
+        std::net::TcpStream::connect(&addr).is_ok()
+    })
+    .await;
+    assert!(host.is_running(), "{}", host.log());
+    wait_until("the held partition's lag in /metrics", LONG, || async {
+        lag() == Some(21)
+    })
+    .await;
+    wait_until(
+        "/health/ready names the stalled partition",
+        LONG,
+        || async {
+            let answer = ready();
+            answer.starts_with("HTTP/1.1 503") && answer.contains("made no progress")
+        },
+    )
+    .await;
+    let attempts = http_body(&http_get(&addr, "/metrics")).to_string();
+    assert!(
+        attempts
+            .lines()
+            .any(|l| l.starts_with("inbox_host_held_record_attempts{") && !l.ends_with(" 0")),
+        "{attempts}"
+    );
+
+    stage.db.execute("INSERT INTO gate VALUES (1)").await;
+    wait_until("drained: lag 0", LONG, || async { lag() == Some(0) }).await;
+    wait_until("ready again", LONG, || async {
+        ready().starts_with("HTTP/1.1 200")
+    })
+    .await;
+    wait_until("all 21 committed", LONG, || async {
+        stage.committed(0).await == Some(21)
+    })
+    .await;
     drop(host);
 }
 

@@ -138,12 +138,27 @@ pub fn strip_ansi(s: &str) -> String {
 /// `GET path` on the host's status address; the whole response, status line
 /// included.
 pub fn http_get(addr: &str, path: &str) -> String {
+    http_request(addr, "GET", path)
+}
+
+/// `method path` on the host's status address, on a connection closed after
+/// the response; the whole response, status line included.
+pub fn http_request(addr: &str, method: &str, path: &str) -> String {
     use std::io::{Read, Write};
     let mut stream = std::net::TcpStream::connect(addr).expect("status endpoint");
-    write!(stream, "GET {path} HTTP/1.1\r\nhost: x\r\n\r\n").expect("request");
+    write!(
+        stream,
+        "{method} {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n"
+    )
+    .expect("request");
     let mut response = String::new();
     stream.read_to_string(&mut response).expect("response");
     response
+}
+
+/// The body of a response from [`http_request`].
+pub fn http_body(response: &str) -> &str {
+    response.split_once("\r\n\r\n").map_or("", |(_, body)| body)
 }
 
 /// A free loopback address for `--status-addr`.

@@ -5,8 +5,10 @@ mod database;
 mod decide;
 mod dev;
 mod lab;
+mod metrics;
 mod native_billing;
 mod pipeline;
+mod progress;
 mod retention;
 mod settings;
 mod status;
@@ -20,10 +22,10 @@ pub(crate) use database::{connect, connect_in};
 pub use decide::{decide, Backoff, RetryPolicy, Step};
 pub use dev::dev;
 pub use lab::{lab, LabRow};
+pub use metrics::Metrics;
 pub use native_billing::NativeBilling;
 pub use pipeline::{Delivery, HandlerSource, Pipeline, PipelineLimits, StopWhen, Verdict};
 pub use settings::RunSettings;
-pub use status::Metrics;
 
 use crate::inbox::{self, Runner};
 use crate::kafka::Consumer;
@@ -47,9 +49,15 @@ pub async fn run(settings: RunSettings, shutdown: impl Future<Output = ()>) -> a
     } = preflight(&settings).await?;
     let cell = PluginCell::new(plugin);
     let metrics = std::sync::Arc::new(Metrics::default());
+    metrics.watch_plugin(cell.clone());
     if let Some(listener) = status {
-        tracing::info!(addr = %listener.local_addr()?, "serving /metrics and /health");
-        tokio::spawn(status::serve(listener, metrics.clone(), cell.clone()));
+        tracing::info!(addr = %listener.local_addr()?, "serving /metrics, /health/live and /health/ready");
+        tokio::spawn(status::serve(
+            listener,
+            metrics.clone(),
+            cell.clone(),
+            settings.stall_after,
+        ));
     }
     metrics.database_reachable(false);
     let pool = tokio::select! {
@@ -60,6 +68,7 @@ pub async fn run(settings: RunSettings, shutdown: impl Future<Output = ()>) -> a
         }
     };
     metrics.database_reachable(true);
+    metrics.watch_pool(pool.clone());
     tracing::info!(
         plugin = %settings.plugin.display(),
         digest = cell.current().digest(),
@@ -91,7 +100,8 @@ pub async fn run(settings: RunSettings, shutdown: impl Future<Output = ()>) -> a
             settings.consumer.group, settings.consumer.brokers
         )
     })?;
-    metrics.watch_kafka(consumer.reachability());
+    metrics.watch_kafka(consumer.group_health());
+    let _progress = tokio::spawn(log_progress(metrics.clone()));
     let pipeline = Pipeline {
         consumer,
         runner: Runner::new(pool, settings.runner.clone()),
@@ -103,6 +113,33 @@ pub async fn run(settings: RunSettings, shutdown: impl Future<Output = ()>) -> a
     pipeline.run(shutdown, StopWhen::default()).await?;
     tracing::info!("stopped: batches in flight finished, stored offsets committed, group left");
     Ok(())
+}
+
+/// How often the progress line is logged.
+const PROGRESS_EVERY: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// One info line every 30 s saying how the host is doing, instead of a line per
+/// message (those are at debug).
+async fn log_progress(metrics: std::sync::Arc<Metrics>) {
+    let mut ticks = tokio::time::interval(PROGRESS_EVERY);
+    ticks.tick().await;
+    let mut last = metrics.totals();
+    loop {
+        ticks.tick().await;
+        let now = metrics.totals();
+        let processed = now.processed - last.processed;
+        tracing::info!(
+            processed,
+            per_second = processed as f64 / PROGRESS_EVERY.as_secs_f64(),
+            duplicates = now.duplicates - last.duplicates,
+            failures = now.failures - last.failures,
+            set_aside = now.set_aside - last.set_aside,
+            lag = now.lag,
+            partitions = now.partitions,
+            "progress over the last 30 s"
+        );
+        last = now;
+    }
 }
 
 /// What the local checks produced.

@@ -24,6 +24,9 @@ pub struct RunSettings {
     pub limits: PipelineLimits,
     pub sandbox: SandboxLimits,
     pub status_addr: Option<String>,
+    /// A partition with records waiting and no progress this long makes the
+    /// host not ready.
+    pub stall_after: Duration,
     /// PostgreSQL connections the host keeps.
     pub db_pool_size: u32,
     /// How long one attempt to reach PostgreSQL may take.
@@ -182,6 +185,7 @@ impl RunSettings {
                 ..SandboxLimits::default()
             },
             status_addr: args.status_addr.filter(|a| !a.trim().is_empty()),
+            stall_after: Duration::from_secs(args.stall_after_secs.max(1)),
             db_pool_size: args.db_pool_size,
             connect_timeout: Duration::from_secs(args.connect_timeout_secs),
             migrate: args.migrate && !args.no_migrate,

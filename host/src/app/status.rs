@@ -1,138 +1,115 @@
-//! Counters of what happened to messages, and a small HTTP endpoint that serves
-//! them (`/metrics`, Prometheus text) and the host's readiness with the active
-//! plugin digest (`/health`: 503 naming the reason while PostgreSQL or Kafka
-//! does not answer).
+//! The status endpoint (`--status-addr`), on axum: `/metrics` (OpenMetrics
+//! text), `/health/live`, `/health/ready` (JSON saying why), and `/health`
+//! (plain text, kept for existing probes). Exact paths; `GET` and `HEAD`.
 
-use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, OnceLock};
+use std::sync::Arc;
+use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use axum::extract::State;
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
 use tokio::net::TcpListener;
 
-use super::Verdict;
-use crate::inbox::{FailureKind, Outcome};
-use crate::kafka::Reachability;
+use super::Metrics;
 use crate::plugin::PluginCell;
 
-/// Message counts by outcome and failures by kind, and whether the host can
-/// do its work (the database and the brokers answering).
-#[derive(Default)]
-pub struct Metrics {
-    counts: Mutex<BTreeMap<(&'static str, &'static str), u64>>,
-    database_down: AtomicBool,
-    kafka: OnceLock<Reachability>,
+#[derive(Clone)]
+struct Status {
+    metrics: Arc<Metrics>,
+    cell: PluginCell,
+    stall_after: Duration,
 }
 
-impl Metrics {
-    /// Whether the database answers (set while waiting for it at start, and by
-    /// each batch: a lost connection, or a commit).
-    pub fn database_reachable(&self, reachable: bool) {
-        self.database_down.store(!reachable, Ordering::SeqCst);
-    }
-
-    /// Follow the group member's view of the brokers.
-    pub fn watch_kafka(&self, kafka: Reachability) {
-        let _ = self.kafka.set(kafka);
-    }
-
-    /// Why the host is not ready; empty when it is.
-    pub fn not_ready(&self) -> Vec<&'static str> {
-        let mut reasons = Vec::new();
-        if self.database_down.load(Ordering::SeqCst) {
-            reasons.push("PostgreSQL unreachable");
-        }
-        if self.kafka.get().is_some_and(|k| !k.is_reachable()) {
-            reasons.push("Kafka unreachable");
-        }
-        reasons
-    }
-
-    pub fn record(&self, verdict: &Verdict) {
-        match verdict {
-            Verdict::Handled(Outcome::Failed(e)) if e.kind == FailureKind::Database => {
-                self.database_reachable(false)
-            }
-            Verdict::Handled(o) if o.committed() => self.database_reachable(true),
-            _ => {}
-        }
-        let key = match verdict {
-            Verdict::Handled(Outcome::Failed(e)) => ("failed", e.kind.as_str()),
-            Verdict::Handled(outcome) => (outcome.label(), ""),
-            Verdict::SetAside(_) => ("set_aside", ""),
-        };
-        *self
-            .counts
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .entry(key)
-            .or_default() += 1;
-    }
-
-    /// Prometheus text exposition.
-    pub fn render(&self, digest: &str) -> String {
-        let mut out = String::from("# TYPE inbox_messages_total counter\n");
-        for ((outcome, kind), n) in self.counts.lock().unwrap_or_else(|e| e.into_inner()).iter() {
-            if kind.is_empty() {
-                out.push_str(&format!(
-                    "inbox_messages_total{{outcome=\"{outcome}\"}} {n}\n"
-                ));
-            } else {
-                out.push_str(&format!(
-                    "inbox_messages_total{{outcome=\"{outcome}\",kind=\"{kind}\"}} {n}\n"
-                ));
-            }
-        }
-        out.push_str("# TYPE inbox_plugin_info gauge\n");
-        out.push_str(&format!("inbox_plugin_info{{digest=\"{digest}\"}} 1\n"));
-        out
-    }
-}
-
-/// Serves `/metrics` and `/health` on `listener` until the task is dropped.
-pub async fn serve(listener: TcpListener, metrics: std::sync::Arc<Metrics>, cell: PluginCell) {
-    loop {
-        let Ok((mut stream, _)) = listener.accept().await else {
-            continue;
-        };
-        let (metrics, cell) = (metrics.clone(), cell.clone());
-        tokio::spawn(async move {
-            let line = request_line(&mut stream).await;
-            let digest = cell.current().digest().to_string();
-            let (status, body) = if line.starts_with("GET /metrics") {
-                ("200 OK", metrics.render(&digest))
-            } else if line.starts_with("GET /health") {
-                let reasons = metrics.not_ready();
-                if reasons.is_empty() {
-                    ("200 OK", format!("ok plugin={digest}\n"))
-                } else {
-                    (
-                        "503 Service Unavailable",
-                        format!("not ready: {} plugin={digest}\n", reasons.join(", ")),
-                    )
-                }
-            } else {
-                ("404 Not Found", "try /metrics or /health\n".to_string())
-            };
-            let response = format!(
-                "HTTP/1.1 {status}\r\ncontent-type: text/plain; version=0.0.4\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-                body.len()
-            );
-            let _ = stream.write_all(response.as_bytes()).await;
+/// Serves the endpoint on `listener` until the task is dropped.
+pub async fn serve(
+    listener: TcpListener,
+    metrics: Arc<Metrics>,
+    cell: PluginCell,
+    stall_after: Duration,
+) {
+    let app = Router::new()
+        .route("/metrics", get(metrics_text))
+        .route("/health", get(health_text))
+        .route("/health/live", get(live))
+        .route("/health/ready", get(ready))
+        .fallback(|| async {
+            (
+                StatusCode::NOT_FOUND,
+                "try /metrics, /health/live or /health/ready\n",
+            )
+        })
+        .with_state(Status {
+            metrics,
+            cell,
+            stall_after,
         });
+    if let Err(e) = axum::serve(listener, app).await {
+        tracing::error!(error = %e, "the status endpoint stopped");
     }
 }
 
-/// Reads until the end of the request line (a client may send it in pieces), at
-/// most 1 KiB.
-async fn request_line(stream: &mut tokio::net::TcpStream) -> String {
-    let mut request = Vec::with_capacity(256);
-    let mut chunk = [0u8; 256];
-    while !request.windows(2).any(|w| w == b"\r\n") && request.len() < 1024 {
-        match stream.read(&mut chunk).await {
-            Ok(0) | Err(_) => break,
-            Ok(n) => request.extend_from_slice(&chunk[..n]),
-        }
+/// Prometheus text (0.0.4), or OpenMetrics when the scraper asks for it.
+async fn metrics_text(State(status): State<Status>, headers: HeaderMap) -> Response {
+    let openmetrics = headers
+        .get(header::ACCEPT)
+        .and_then(|a| a.to_str().ok())
+        .is_some_and(|a| a.contains("application/openmetrics-text"));
+    if openmetrics {
+        (
+            [(
+                header::CONTENT_TYPE,
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            )],
+            status.metrics.render_openmetrics(),
+        )
+            .into_response()
+    } else {
+        (
+            [(
+                header::CONTENT_TYPE,
+                "text/plain; version=0.0.4; charset=utf-8",
+            )],
+            status.metrics.render_prometheus(),
+        )
+            .into_response()
     }
-    String::from_utf8_lossy(&request).into_owned()
+}
+
+/// The process and its runtime answer.
+async fn live() -> Json<serde_json::Value> {
+    Json(serde_json::json!({ "status": "live" }))
+}
+
+/// Ready: joined the group, database and brokers answering, plugin loaded, no
+/// partition with records waiting stalled longer than `--stall-after`.
+async fn ready(State(status): State<Status>) -> Response {
+    let reasons = status.metrics.not_ready(status.stall_after);
+    let plugin = status.cell.current().digest().to_string();
+    let code = if reasons.is_empty() {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    let body = serde_json::json!({
+        "ready": reasons.is_empty(),
+        "reasons": reasons,
+        "plugin": plugin,
+    });
+    (code, Json(body)).into_response()
+}
+
+async fn health_text(State(status): State<Status>) -> Response {
+    let reasons = status.metrics.not_ready(status.stall_after);
+    let digest = status.cell.current().digest().to_string();
+    if reasons.is_empty() {
+        (StatusCode::OK, format!("ok plugin={digest}\n")).into_response()
+    } else {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("not ready: {} plugin={digest}\n", reasons.join(", ")),
+        )
+            .into_response()
+    }
 }

@@ -14,6 +14,7 @@ use tokio::time::Instant;
 
 use super::decide::{self, Step};
 use super::pipeline::{Delivery, HandlerSource, PipelineLimits, Verdict};
+use super::progress::Tracked;
 use super::Metrics;
 use crate::inbox::{self, DeadLetter, Message, Outcome, Runner};
 use crate::kafka::{PartitionStream, Record};
@@ -44,12 +45,16 @@ impl<S> Shared<S> {
 /// A record taken from the stream, owned by the worker until it is done.
 struct Pending {
     message: Message,
+    /// The record's Kafka timestamp (ms since 1970), for end-to-end latency.
+    timestamp_ms: Option<i64>,
     /// Why the host cannot use it (no id, too large): it is set aside unhandled.
     unusable: Option<String>,
 }
 
 pub(super) struct Worker<S> {
     stream: PartitionStream,
+    /// What `/metrics` and `/health/ready` see of this partition.
+    progress: Option<Tracked>,
     shared: Arc<Shared<S>>,
     pending: VecDeque<Pending>,
     /// Failed attempts of the record at the head, this run (the attempts table
@@ -59,7 +64,12 @@ pub(super) struct Worker<S> {
 
 impl<S: HandlerSource> Worker<S> {
     pub fn new(stream: PartitionStream, shared: Arc<Shared<S>>) -> Self {
+        let progress = shared
+            .metrics
+            .as_ref()
+            .map(|m| m.partitions().track(&stream));
         Self {
+            progress,
             stream,
             shared,
             pending: VecDeque::new(),
@@ -118,6 +128,9 @@ impl<S: HandlerSource> Worker<S> {
     }
 
     fn push(&mut self, record: Record) {
+        if let Some(tracked) = &self.progress {
+            tracked.progress.arrived(record.offset);
+        }
         let pending = pending_of(record, self.shared.limits.max_message_bytes);
         self.pending.push_back(pending);
     }
@@ -127,7 +140,7 @@ impl<S: HandlerSource> Worker<S> {
     async fn handle_head(&mut self, want: usize) -> Option<Duration> {
         let head = self.pending.pop_front()?;
         if let Some(why) = head.unusable.clone() {
-            if self.set_aside(&head.message, None, why).await {
+            if self.set_aside(&head.message, None, why, "unusable").await {
                 self.acknowledge(head.message.offset);
                 self.attempts = 0;
                 return None;
@@ -147,6 +160,11 @@ impl<S: HandlerSource> Worker<S> {
         let messages: Vec<&Message> = batch.iter().map(|p| &p.message).collect();
         let (done, retry) = self.run_batch(&messages).await;
         drop(messages);
+        if let Some(metrics) = &self.shared.metrics {
+            for pending in &batch[..done] {
+                metrics.committed_record(pending.timestamp_ms);
+            }
+        }
         if let Some(last) = done.checked_sub(1).map(|n| batch[n].message.offset) {
             self.acknowledge(last);
         }
@@ -179,7 +197,11 @@ impl<S: HandlerSource> Worker<S> {
             }
         }
         let handler = shared.source.current();
+        let started = std::time::Instant::now();
         let outcomes = shared.runner.process_batch(messages, &*handler).await;
+        if let Some(metrics) = &shared.metrics {
+            metrics.transaction(messages.len(), started.elapsed());
+        }
         drop(handler);
         self.conclude(messages, outcomes).await
     }
@@ -232,7 +254,11 @@ impl<S: HandlerSource> Worker<S> {
                 }
                 Step::SetAside(why) => {
                     let id = Some(message.message_id.as_str());
-                    if !self.set_aside(message, id, why).await {
+                    let kind = match &outcome {
+                        Outcome::Failed(e) => e.kind.as_str(),
+                        _ => "locked",
+                    };
+                    if !self.set_aside(message, id, why, kind).await {
                         return (done, Some(self.retry_delay()));
                     }
                     done += 1;
@@ -244,6 +270,9 @@ impl<S: HandlerSource> Worker<S> {
 
     /// The record at `offset` and everything before it are done.
     fn acknowledge(&self, offset: i64) {
+        if let Some(tracked) = &self.progress {
+            tracked.progress.done_through(offset);
+        }
         if self.shared.runner.settings().strategy.commits_before() {
             return;
         }
@@ -273,12 +302,21 @@ impl<S: HandlerSource> Worker<S> {
                 Err(db) => tracing::warn!(error = %db, "could not record the failed attempt"),
             }
         }
+        if let Some(tracked) = &self.progress {
+            tracked.progress.holding(self.attempts);
+        }
         self.attempts
     }
 
     /// Records the whole record in `inbox_host.dead_letters`; returns whether it
     /// was written (if not, the record is retried, never skipped).
-    async fn set_aside(&self, message: &Message, id: Option<&str>, why: String) -> bool {
+    async fn set_aside(
+        &self,
+        message: &Message,
+        id: Option<&str>,
+        why: String,
+        kind: &'static str,
+    ) -> bool {
         let settings = self.shared.runner.settings();
         let letter = DeadLetter {
             group: &settings.group,
@@ -294,6 +332,9 @@ impl<S: HandlerSource> Worker<S> {
                     reason = %why,
                     "message set aside in inbox_host.dead_letters (not handled; original key, headers and payload kept)"
                 );
+                if let Some(metrics) = &self.shared.metrics {
+                    metrics.dead_letter(kind);
+                }
                 self.report(message, Verdict::SetAside(why), true);
                 true
             }
@@ -338,6 +379,7 @@ fn pending_of(record: Record, max_message_bytes: usize) -> Pending {
         })
         .collect();
     Pending {
+        timestamp_ms: record.timestamp_ms,
         message: Message {
             message_id,
             topic: record.topic,

@@ -99,7 +99,9 @@ pub fn client_config(settings: &ConsumerSettings) -> ClientConfig {
         // The poll thread never stops polling (handling happens elsewhere), so this
         // only bounds how long a lost JoinGroup reply leaves the member outside
         // the group (librdkafka waits max.poll.interval.ms + 3 s for it).
-        .set("max.poll.interval.ms", "30000");
+        .set("max.poll.interval.ms", "30000")
+        // Each partition's high watermark, for lag (`/metrics`, stall checks).
+        .set("statistics.interval.ms", "5000");
     if !next_generation {
         // KIP-848 (`group.protocol=consumer`) assigns on the broker and refuses
         // these client-side settings.
@@ -163,8 +165,13 @@ impl Consumer {
     }
 
     /// Whether the brokers are answering, as seen by this member.
-    pub fn reachability(&self) -> Reachability {
-        Reachability(self.inner.context().failing())
+    /// A handle on whether this member has joined its group and reaches the brokers.
+    pub fn group_health(&self) -> GroupHealth {
+        let context = self.inner.context();
+        GroupHealth {
+            failing: context.failing(),
+            joined: context.joined(),
+        }
     }
 
     /// The next partition assigned to this member.
@@ -229,11 +236,20 @@ impl Consumer {
 
 /// Whether a member's brokers are answering (see [`Consumer::reachability`]).
 #[derive(Clone)]
-pub struct Reachability(Arc<AtomicBool>);
+pub struct GroupHealth {
+    failing: Arc<AtomicBool>,
+    joined: Arc<AtomicBool>,
+}
 
-impl Reachability {
-    pub fn is_reachable(&self) -> bool {
-        !self.0.load(Ordering::SeqCst)
+impl GroupHealth {
+    pub fn brokers_reachable(&self) -> bool {
+        !self.failing.load(Ordering::SeqCst)
+    }
+
+    /// Whether the group has assigned this member its partitions (none is an
+    /// assignment too) at least once.
+    pub fn joined(&self) -> bool {
+        self.joined.load(Ordering::SeqCst)
     }
 }
 
@@ -255,7 +271,7 @@ fn spawn_poller(
                 let Some(consumer) = consumer.upgrade() else {
                     return;
                 };
-                let failing = !Reachability(consumer.context().failing()).is_reachable();
+                let failing = consumer.context().failing().load(Ordering::SeqCst);
                 if failing && probed.elapsed() >= PROBE_EVERY {
                     probed = std::time::Instant::now();
                     if consumer

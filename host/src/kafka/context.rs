@@ -37,6 +37,10 @@ pub(super) struct GroupContext {
     revoke_grace: Duration,
     commits_failing: AtomicBool,
     client_failing: Arc<AtomicBool>,
+    /// Set at the first assignment: the member has joined its group.
+    joined: Arc<AtomicBool>,
+    /// Each partition's high watermark, from librdkafka's statistics.
+    high_watermarks: Arc<Mutex<HashMap<Partition, i64>>>,
     last_commit: Mutex<Instant>,
 }
 
@@ -58,6 +62,8 @@ impl GroupContext {
             revoke_grace: settings.revoke_grace,
             commits_failing: AtomicBool::new(false),
             client_failing: Arc::new(AtomicBool::new(false)),
+            joined: Arc::new(AtomicBool::new(false)),
+            high_watermarks: Arc::default(),
             last_commit: Mutex::new(Instant::now()),
         }
     }
@@ -79,6 +85,14 @@ impl GroupContext {
     /// successful commit or metadata request).
     pub fn failing(&self) -> Arc<AtomicBool> {
         self.client_failing.clone()
+    }
+
+    pub fn joined(&self) -> Arc<AtomicBool> {
+        self.joined.clone()
+    }
+
+    pub fn high_watermarks(&self) -> Arc<Mutex<HashMap<Partition, i64>>> {
+        self.high_watermarks.clone()
     }
 
     /// The brokers answered again after errors.
@@ -165,6 +179,20 @@ impl GroupContext {
 }
 
 impl ClientContext for GroupContext {
+    fn stats(&self, statistics: rdkafka::Statistics) {
+        let mut high = self
+            .high_watermarks
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        for (topic, t) in &statistics.topics {
+            for (partition, p) in &t.partitions {
+                if *partition >= 0 && p.hi_offset >= 0 {
+                    high.insert((topic.clone(), *partition), p.hi_offset);
+                }
+            }
+        }
+    }
+
     fn log(&self, level: RDKafkaLogLevel, facility: &str, message: &str) {
         use RDKafkaLogLevel::*;
         match level {
@@ -208,6 +236,7 @@ impl ConsumerContext for GroupContext {
 
     fn post_rebalance(&self, _consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
         if let Rebalance::Assign(tpl) = rebalance {
+            self.joined.store(true, Ordering::SeqCst);
             tracing::info!(partitions = ?partitions(tpl), "partitions assigned");
         }
     }

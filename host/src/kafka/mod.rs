@@ -16,11 +16,16 @@ mod record;
 
 pub use admin::topic_retention;
 pub use consumer::{
-    check_config, check_extra, Consumer, ConsumerSettings, Reachability, DEFAULT_REVOKE_GRACE,
+    check_config, check_extra, Consumer, ConsumerSettings, GroupHealth, DEFAULT_REVOKE_GRACE,
     OWNED_PROPERTIES,
 };
 pub use error::{KafkaError, KafkaResult};
 pub use message_id::{IdSource, IdSources};
-pub use partition::PartitionStream;
+pub use partition::{PartitionStream, Watermark};
 pub use producer::{committed_offset, committed_offsets, high_watermarks, produce, OutgoingRecord};
 pub use record::{Record, RecordHeader};
+
+/// The version of librdkafka linked in (for `--version` and build info).
+pub fn librdkafka_version() -> String {
+    rdkafka::util::get_rdkafka_version().1
+}

@@ -1,5 +1,5 @@
-use std::collections::HashSet;
-use std::sync::{mpsc as sync_mpsc, Arc, Mutex};
+use std::collections::{HashMap, HashSet};
+use std::sync::{mpsc as sync_mpsc, Arc, Mutex, Weak};
 use std::time::Duration;
 
 use super::error::KafkaResult;
@@ -61,6 +61,14 @@ impl PartitionStream {
 
     pub fn partition(&self) -> i32 {
         self.partition.1
+    }
+
+    /// A handle that reads this partition's high watermark, for lag.
+    pub fn watermark(&self) -> Watermark {
+        Watermark {
+            known: Arc::downgrade(&self.consumer.context().high_watermarks()),
+            partition: self.partition.clone(),
+        }
     }
 
     /// Whether the partition was revoked or the member is closing.
@@ -135,5 +143,23 @@ impl PartitionStream {
                 .await
                 .unwrap_or(Err(rdkafka::error::KafkaError::Canceled));
         Ok(committed?)
+    }
+}
+
+/// Reads a partition's high watermark as librdkafka's statistics last reported
+/// it (every 5 s; no broker round trip), so it is cheap enough for every scrape.
+#[derive(Clone)]
+pub struct Watermark {
+    known: Weak<Mutex<HashMap<Partition, i64>>>,
+    partition: Partition,
+}
+
+impl Watermark {
+    /// The offset the next produced record will get; `None` before the first
+    /// statistics or once the member is gone.
+    pub fn high(&self) -> Option<i64> {
+        let known = self.known.upgrade()?;
+        let known = known.lock().unwrap_or_else(|e| e.into_inner());
+        known.get(&self.partition).copied()
     }
 }

@@ -23,6 +23,8 @@ pub struct Record {
     pub payload: Vec<u8>,
     /// The message id, or why none of the configured sources gave one.
     pub message_id: Result<String, String>,
+    /// When the record was produced (or appended), in ms since 1970, if known.
+    pub timestamp_ms: Option<i64>,
 }
 
 impl Record {
@@ -64,6 +66,7 @@ impl Record {
             headers,
             payload,
             message_id,
+            timestamp_ms: m.timestamp().to_millis(),
         }
     }
 }

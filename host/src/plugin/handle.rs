@@ -38,6 +38,10 @@ impl Handler for Plugin {
             () = clock.reaches(self.runtime.limits.deadline) => Err(BlockedPastDeadline.into()),
         };
         let state = store.into_data();
+        let ran = u64::try_from(state.clock.ran_for().as_nanos()).unwrap_or(u64::MAX);
+        self.runtime
+            .guest_nanos
+            .fetch_add(ran, std::sync::atomic::Ordering::Relaxed);
         self.log_output(&state, message);
         let verdict = match returned {
             Ok(Ok(())) => match &state.db.failed_statement {

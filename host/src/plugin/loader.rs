@@ -105,6 +105,11 @@ impl Plugin {
     }
 
     /// `sha256:<hex>` of the component bytes: the version stored on inbox rows.
+    /// The runtime it was compiled for (shared by every version of a host).
+    pub fn runtime(&self) -> &Runtime {
+        &self.runtime
+    }
+
     pub fn digest(&self) -> &str {
         &self.digest
     }

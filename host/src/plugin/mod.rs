@@ -21,4 +21,4 @@ pub use limits::SandboxLimits;
 pub use loader::{digest_of, LoadError, Plugin};
 pub use runtime::Runtime;
 pub use sql_guard::{check as check_statement, Violation};
-pub use swap::{PluginCell, Watcher};
+pub use swap::{PluginCell, SwapCounts, Watcher};

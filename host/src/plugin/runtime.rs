@@ -1,8 +1,10 @@
 //! The shared wasmtime engine, its instance pool and the linker every plugin
 //! is instantiated with.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread;
+use std::time::Duration;
 
 use wasmtime::component::{HasSelf, Linker};
 use wasmtime::{Config, Enabled, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
@@ -20,6 +22,8 @@ pub struct Runtime {
     pub(super) linker: Arc<Linker<GuestState>>,
     pub(super) limits: SandboxLimits,
     pub(super) statements: Arc<CheckedStatements>,
+    /// Nanoseconds guests have run, all messages together (`/metrics`).
+    pub(super) guest_nanos: Arc<AtomicU64>,
 }
 
 impl Runtime {
@@ -45,8 +49,17 @@ impl Runtime {
             engine,
             linker: Arc::new(linker),
             statements: Arc::new(CheckedStatements::new(limits.check_sql)),
+            guest_nanos: Arc::default(),
             limits,
         })
+    }
+}
+
+impl Runtime {
+    /// Time guests have run (wasm and WASI calls, not waits on queries), all
+    /// messages together.
+    pub fn guest_run_time(&self) -> Duration {
+        Duration::from_nanos(self.guest_nanos.load(Ordering::Relaxed))
     }
 }
 

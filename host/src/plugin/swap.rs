@@ -2,6 +2,7 @@
 //! when a deploy changes the plugin file (or on SIGHUP).
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -16,12 +17,30 @@ use super::runtime::Runtime;
 #[derive(Clone)]
 pub struct PluginCell {
     current: Arc<RwLock<Arc<Plugin>>>,
+    swaps: Arc<AtomicU64>,
+    rejections: Arc<AtomicU64>,
+}
+
+/// How often the plugin was replaced, and new versions were rejected.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SwapCounts {
+    pub swaps: u64,
+    pub rejections: u64,
 }
 
 impl PluginCell {
     pub fn new(plugin: Plugin) -> Self {
         Self {
             current: Arc::new(RwLock::new(Arc::new(plugin))),
+            swaps: Arc::default(),
+            rejections: Arc::default(),
+        }
+    }
+
+    pub fn counts(&self) -> SwapCounts {
+        SwapCounts {
+            swaps: self.swaps.load(Ordering::Relaxed),
+            rejections: self.rejections.load(Ordering::Relaxed),
         }
     }
 
@@ -33,6 +52,7 @@ impl PluginCell {
     /// Makes `plugin` the active version; returns the one it replaced.
     pub fn replace(&self, plugin: Plugin) -> Arc<Plugin> {
         let mut slot = self.current.write().unwrap_or_else(|e| e.into_inner());
+        self.swaps.fetch_add(1, Ordering::Relaxed);
         std::mem::replace(&mut *slot, Arc::new(plugin))
     }
 }
@@ -149,6 +169,7 @@ impl Watcher {
                     reason = %e,
                     "new plugin version rejected; the active version keeps running (said once per version)"
                 );
+                self.cell.rejections.fetch_add(1, Ordering::Relaxed);
                 self.rejected = Some(digest);
             }
         }

@@ -1,0 +1,138 @@
+//! What each assigned partition is doing, for its lag, the records it holds for
+//! retry and whether it has stalled: workers report, `/metrics` and
+//! `/health/ready` read.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicI64, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use crate::kafka::{PartitionStream, Watermark};
+
+/// The partitions this host works on now.
+#[derive(Default)]
+pub struct Partitions {
+    tracked: Mutex<BTreeMap<(String, i32), Arc<PartitionProgress>>>,
+}
+
+/// One partition's progress, updated by its worker.
+pub struct PartitionProgress {
+    watermark: Watermark,
+    /// The offset of the next record to handle; -1 until the first arrives.
+    next: AtomicI64,
+    last_progress: Mutex<Instant>,
+    /// Failed attempts of the record the worker holds for retry (0: none).
+    held_attempts: AtomicU32,
+}
+
+/// A partition as `/metrics` shows it.
+pub struct PartitionView {
+    pub topic: String,
+    pub partition: i32,
+    /// Records produced and not yet handled (`None` until it can be told).
+    pub lag: Option<i64>,
+    pub held_attempts: u32,
+    /// How long since the worker last finished a record (or started).
+    pub since_progress: Duration,
+}
+
+/// Keeps a partition tracked while the worker holds it.
+pub struct Tracked {
+    partitions: Arc<Partitions>,
+    key: (String, i32),
+    pub progress: Arc<PartitionProgress>,
+}
+
+impl Drop for Tracked {
+    fn drop(&mut self) {
+        self.partitions.lock().remove(&self.key);
+    }
+}
+
+impl Partitions {
+    pub fn track(self: &Arc<Self>, stream: &PartitionStream) -> Tracked {
+        let key = (stream.topic().to_string(), stream.partition());
+        let progress = Arc::new(PartitionProgress {
+            watermark: stream.watermark(),
+            next: AtomicI64::new(-1),
+            last_progress: Mutex::new(Instant::now()),
+            held_attempts: AtomicU32::new(0),
+        });
+        self.lock().insert(key.clone(), progress.clone());
+        Tracked {
+            partitions: self.clone(),
+            key,
+            progress,
+        }
+    }
+
+    pub fn views(&self) -> Vec<PartitionView> {
+        self.lock()
+            .iter()
+            .map(|((topic, partition), p)| PartitionView {
+                topic: topic.clone(),
+                partition: *partition,
+                lag: p.lag(),
+                held_attempts: p.held_attempts.load(Ordering::Relaxed),
+                since_progress: p.since_progress(),
+            })
+            .collect()
+    }
+
+    /// Partitions with records waiting that have not moved for `after`.
+    pub fn stalled(&self, after: Duration) -> Vec<String> {
+        self.views()
+            .into_iter()
+            .filter(|v| v.lag.is_some_and(|lag| lag > 0) && v.since_progress > after)
+            .map(|v| {
+                format!(
+                    "partition {}-{} has records waiting and made no progress for {} s",
+                    v.topic,
+                    v.partition,
+                    v.since_progress.as_secs()
+                )
+            })
+            .collect()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<(String, i32), Arc<PartitionProgress>>> {
+        self.tracked.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl PartitionProgress {
+    /// A record at `offset` arrived (the first one tells where the worker starts).
+    pub fn arrived(&self, offset: i64) {
+        let _ = self
+            .next
+            .compare_exchange(-1, offset, Ordering::Relaxed, Ordering::Relaxed);
+    }
+
+    /// Every record up to `offset` is done.
+    pub fn done_through(&self, offset: i64) {
+        self.next.fetch_max(offset + 1, Ordering::Relaxed);
+        self.held_attempts.store(0, Ordering::Relaxed);
+        *self
+            .last_progress
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Instant::now();
+    }
+
+    /// The record at the head failed and is held for another attempt.
+    pub fn holding(&self, attempts: u32) {
+        self.held_attempts.store(attempts, Ordering::Relaxed);
+    }
+
+    fn lag(&self) -> Option<i64> {
+        let next = self.next.load(Ordering::Relaxed);
+        let high = self.watermark.high()?;
+        (next >= 0).then(|| (high - next).max(0))
+    }
+
+    fn since_progress(&self) -> Duration {
+        self.last_progress
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .elapsed()
+    }
+}
