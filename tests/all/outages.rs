@@ -43,6 +43,11 @@ async fn a_database_and_then_a_broker_away_for_thirty_seconds_cost_nothing_and_t
         not_ready_for("PostgreSQL unreachable")
     })
     .await;
+    let ready = host::http_get(&addr, "/health/ready");
+    assert!(
+        ready.starts_with("HTTP/1.1 503") && ready.contains("\"PostgreSQL unreachable\""),
+        "{ready}"
+    );
     tokio::time::sleep(OUTAGE).await;
     assert!(
         host.is_running(),

@@ -234,7 +234,7 @@ impl Consumer {
     }
 }
 
-/// Whether a member's brokers are answering (see [`Consumer::reachability`]).
+/// Whether a member has joined its group and its brokers answer (see [`Consumer::group_health`]).
 #[derive(Clone)]
 pub struct GroupHealth {
     failing: Arc<AtomicBool>,
