@@ -113,33 +113,45 @@ async fn reading_infinite_timestamps_does_not_panic_the_host_and_they_bind_back(
     );
 }
 
+/// Runs an attack that takes `hostile_target`'s row lock and holds on; returns
+/// how it failed and how long until another session could take the lock.
+async fn lock_attack(
+    deadline: Duration,
+    transaction_timeout: Duration,
+    payload: &str,
+) -> (inbox::HandlerError, Duration) {
+    let db = TestDb::start().await;
+    let runner = runner(&db, transaction_timeout);
+    let started = Instant::now();
+    let error = failure(&runner, &hostile(deadline), payload, payload).await;
+    let free = lock_free_after(&db, started).await;
+    eprintln!("`{payload}` under a {deadline:?} deadline and {transaction_timeout:?} transaction timeout: lock free after {free:?}");
+    assert_eq!(
+        db.count("SELECT touched::bigint FROM hostile_target WHERE id = 1")
+            .await,
+        0,
+        "the attack's write was committed"
+    );
+    (error, free)
+}
+
 #[tokio::test]
 async fn a_guest_sleeping_in_a_wasi_call_is_cancelled_at_its_deadline_and_its_lock_released() {
-    let db = TestDb::start().await;
-    let runner = runner(&db, Duration::from_secs(30));
-    let started = Instant::now();
-    let error = failure(
-        &runner,
-        &hostile(Duration::from_millis(500)),
-        "sleeper",
+    let (error, free) = lock_attack(
+        Duration::from_millis(500),
+        Duration::from_secs(30),
         "sleep 30000",
     )
     .await;
     assert_eq!(error.kind, FailureKind::Deadline, "{error:?}");
-    let free = lock_free_after(&db, started).await;
-    eprintln!("a 30 s sleep under a 0.5 s deadline: lock free after {free:?}");
     assert!(free < Duration::from_secs(3), "{free:?}");
 }
 
 #[tokio::test]
 async fn a_guest_sleeping_past_the_transaction_timeout_is_cancelled_and_its_lock_released() {
-    let db = TestDb::start().await;
-    let runner = runner(&db, Duration::from_secs(2));
-    let started = Instant::now();
-    let error = failure(
-        &runner,
-        &hostile(Duration::from_secs(60)),
-        "sleeper",
+    let (error, free) = lock_attack(
+        Duration::from_secs(60),
+        Duration::from_secs(2),
         "sleep 30000",
     )
     .await;
@@ -148,33 +160,20 @@ async fn a_guest_sleeping_past_the_transaction_timeout_is_cancelled_and_its_lock
         error.message.contains("--transaction-timeout-ms"),
         "{error:?}"
     );
-    let free = lock_free_after(&db, started).await;
-    eprintln!("a 30 s sleep under a 2 s transaction timeout: lock free after {free:?}");
     assert!(free < Duration::from_secs(4), "{free:?}");
 }
 
 #[tokio::test]
 async fn a_guest_running_statements_for_ever_is_cut_off_by_the_transaction_timeout() {
-    let db = TestDb::start().await;
-    let runner = runner(&db, Duration::from_secs(2));
-    let started = Instant::now();
-    let error = failure(
-        &runner,
-        &hostile(Duration::from_secs(60)),
-        "busy",
+    let (error, free) = lock_attack(
+        Duration::from_secs(60),
+        Duration::from_secs(2),
         "busy-statements",
     )
     .await;
     assert_eq!(error.kind, FailureKind::Deadline, "{error:?}");
-    let free = lock_free_after(&db, started).await;
-    eprintln!("statements for ever under a 2 s transaction timeout (1 s statement timeout): lock free after {free:?}");
-    // The transaction timeout, plus at most the statement in flight.
+    // The transaction timeout, plus at most the statement in flight (1 s).
     assert!(free < Duration::from_secs(4), "{free:?}");
-    assert_eq!(
-        db.count("SELECT touched::bigint FROM hostile_target WHERE id = 1")
-            .await,
-        0
-    );
 }
 
 #[tokio::test]
