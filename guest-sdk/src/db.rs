@@ -21,63 +21,23 @@ impl Db {
     /// Runs one statement with `$1`, `$2`, ... bound to `params`; returns the
     /// number of rows it affected.
     pub fn execute(&self, sql: &str, params: &[Value]) -> Result<u64, DbError> {
-        wit::execute(sql, &to_wit(params)).map_err(DbError::from)
+        wit::execute(sql, params).map_err(DbError::from)
     }
 
     /// Runs one statement with `$1`, `$2`, ... bound to `params`; returns the rows
     /// it produced.
     pub fn query(&self, sql: &str, params: &[Value]) -> Result<Rows, DbError> {
-        let rows = wit::query(sql, &to_wit(params)).map_err(DbError::from)?;
+        let rows = wit::query(sql, params).map_err(DbError::from)?;
         Ok(Rows {
             columns: rows.columns,
-            rows: rows
-                .rows
-                .into_iter()
-                .map(|row| row.into_iter().map(Value::from).collect())
-                .collect(),
+            rows: rows.rows,
         })
     }
 }
 
-fn to_wit(params: &[Value]) -> Vec<wit::Value> {
-    params
-        .iter()
-        .map(|v| match v.clone() {
-            Value::Null => wit::Value::Null,
-            Value::Boolean(b) => wit::Value::Boolean(b),
-            Value::Int32(i) => wit::Value::Int32(i),
-            Value::Int64(i) => wit::Value::Int64(i),
-            Value::Float64(f) => wit::Value::Float64(f),
-            Value::Text(s) => wit::Value::Text(s),
-            Value::Bytes(b) => wit::Value::Bytes(b),
-            Value::Json(s) => wit::Value::Json(s),
-            Value::Timestamp(t) => wit::Value::Timestamp(t),
-        })
-        .collect()
-}
-
-/// A statement parameter or a column value.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Value {
-    /// SQL `NULL`.
-    Null,
-    /// `boolean`.
-    Boolean(bool),
-    /// `int4`.
-    Int32(i32),
-    /// `int8`.
-    Int64(i64),
-    /// `float8`.
-    Float64(f64),
-    /// `text`.
-    Text(String),
-    /// `bytea`.
-    Bytes(Vec<u8>),
-    /// JSON text, bound as `jsonb`.
-    Json(String),
-    /// Microseconds since 1970-01-01T00:00:00Z, bound as `timestamptz`.
-    Timestamp(i64),
-}
+/// A statement parameter or a column value: the WIT contract's own `value`
+/// type (docs/wit.md lists how each variant maps to PostgreSQL types).
+pub use wit::Value;
 
 impl Value {
     fn kind(&self) -> &'static str {
@@ -91,22 +51,6 @@ impl Value {
             Value::Bytes(_) => "bytes",
             Value::Json(_) => "json",
             Value::Timestamp(_) => "timestamp",
-        }
-    }
-}
-
-impl From<wit::Value> for Value {
-    fn from(v: wit::Value) -> Self {
-        match v {
-            wit::Value::Null => Value::Null,
-            wit::Value::Boolean(b) => Value::Boolean(b),
-            wit::Value::Int32(i) => Value::Int32(i),
-            wit::Value::Int64(i) => Value::Int64(i),
-            wit::Value::Float64(f) => Value::Float64(f),
-            wit::Value::Text(s) => Value::Text(s),
-            wit::Value::Bytes(b) => Value::Bytes(b),
-            wit::Value::Json(s) => Value::Json(s),
-            wit::Value::Timestamp(t) => Value::Timestamp(t),
         }
     }
 }
@@ -372,10 +316,12 @@ impl<T: FromValue> FromValue for Option<T> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DbError {
     /// The SQLSTATE from PostgreSQL, or a code of class `IH` when the host refused
-    /// the statement before it ran.
+    /// the statement (docs/wit.md).
     pub code: String,
     /// The error message.
     pub message: String,
+    /// Whether running the message again can succeed, as the host judged it.
+    pub retryable: bool,
 }
 
 impl DbError {
@@ -383,14 +329,15 @@ impl DbError {
         Self {
             code: code.to_owned(),
             message,
+            retryable: false,
         }
     }
 
-    /// Whether running the message again can succeed: serialization failures and
-    /// deadlocks (class `40`), `55P03` lock not available, `57014` query canceled
-    /// (including statement timeouts).
+    /// Whether running the message again can succeed (a serialization failure,
+    /// deadlock, lock or statement timeout): the host decides, so every guest
+    /// language follows the same rule.
     pub fn is_retryable(&self) -> bool {
-        self.code.starts_with("40") || self.code == "55P03" || self.code == "57014"
+        self.retryable
     }
 }
 
@@ -399,6 +346,7 @@ impl From<wit::DbError> for DbError {
         Self {
             code: e.code,
             message: e.message,
+            retryable: e.retryable,
         }
     }
 }
@@ -464,14 +412,16 @@ mod tests {
     }
 
     #[test]
-    fn retryable_sqlstates() {
-        let err = |code: &str| DbError::new(code, String::new());
-        for code in ["40001", "40P01", "55P03", "57014"] {
-            assert!(err(code).is_retryable(), "{code}");
-            assert!(crate::HandlerError::from(err(code)).is_retryable());
+    fn the_hosts_retryable_verdict_carries_into_the_handler_error() {
+        for retryable in [true, false] {
+            let e = DbError::from(wit::DbError {
+                code: "40001".into(),
+                message: String::new(),
+                retryable,
+            });
+            assert_eq!(e.is_retryable(), retryable);
+            assert_eq!(crate::HandlerError::from(e).is_retryable(), retryable);
         }
-        for code in ["23505", "23502", "42601", "IH001"] {
-            assert!(!err(code).is_retryable(), "{code}");
-        }
+        assert!(!DbError::new("42804", String::new()).is_retryable());
     }
 }

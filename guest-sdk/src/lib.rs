@@ -49,6 +49,7 @@ pub mod wit {
         world: "handler",
         pub_export_macro: true,
         default_bindings_module: "inbox_guest::wit",
+        additional_derives: [PartialEq],
     });
 }
 

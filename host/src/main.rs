@@ -49,7 +49,7 @@ async fn main() -> ExitCode {
     }
 }
 
-/// `0.2.0 (commit 1a2b3c4d5e6f, wasmtime 48.0.8, librdkafka 2.12.1)`.
+/// `0.3.0 (commit 1a2b3c4d5e6f, wasmtime 48.0.8, librdkafka 2.12.1)`.
 fn version() -> &'static str {
     let librdkafka = inbox_host::kafka::librdkafka_version();
     let text = format!(

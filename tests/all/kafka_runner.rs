@@ -225,7 +225,10 @@ async fn two_hosts_split_the_partitions_and_a_stopped_hosts_partitions_move_with
     let mut a = stage.spawn_host(&plugin("billing"), &["--worker-id", "host-a"]);
     let mut b = stage.spawn_host(&plugin("billing"), &["--worker-id", "host-b"]);
     wait_until("both hosts assigned partitions", LONG, || async {
-        a.log().contains("partitions assigned") && b.log().contains("partitions assigned")
+        [&a, &b].iter().all(|h| {
+            h.metric("inbox_host_assigned_partitions")
+                .is_some_and(|n| n > 0.0)
+        })
     })
     .await;
     stage

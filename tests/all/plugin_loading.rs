@@ -79,6 +79,22 @@ fn a_component_of_another_world_is_refused_naming_the_handler_world() {
     );
 }
 
+/// A plugin built with the SDK of inbox-host 0.2 (WIT `inbox:host@0.1.0`, kept
+/// as a fixture) is refused naming both contract versions, not with a type error.
+#[test]
+fn a_plugin_built_against_the_previous_contract_is_refused_naming_both_versions() {
+    let old = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fixtures/sql-runner-built-for-inbox-host-0.1.0.wasm");
+    let (ok, _, stderr) = check(&old);
+    assert!(!ok);
+    assert!(
+        stderr
+            .contains("was built against inbox:host@0.1.0, and this host speaks inbox:host@0.2.0")
+            && stderr.contains("rebuild it with the inbox-guest SDK"),
+        "{stderr}"
+    );
+}
+
 #[test]
 fn a_missing_file_is_refused_with_the_path() {
     let (ok, _, stderr) = check(std::path::Path::new("/nonexistent/billing.wasm"));

@@ -48,6 +48,8 @@ fn command(args: &[&str], env: &[(&str, &str)]) -> Command {
 pub struct Host {
     pub child: Child,
     pub log: PathBuf,
+    /// Its `--status-addr`, when it serves one.
+    pub status: Option<String>,
     _dir: tempfile::TempDir,
 }
 
@@ -61,11 +63,39 @@ impl Host {
             .stderr(file)
             .spawn()
             .expect("spawning inbox-host");
+        let status = args
+            .iter()
+            .position(|a| *a == "--status-addr")
+            .and_then(|i| args.get(i + 1))
+            .map(|a| a.to_string());
         Self {
             child,
             log,
+            status,
             _dir: dir,
         }
+    }
+
+    /// The value of an unlabelled sample on its `/metrics` (`None` while the
+    /// endpoint does not answer or the sample is absent).
+    pub fn metric(&self, name: &str) -> Option<f64> {
+        let response = try_http_get(self.status.as_deref()?, "/metrics")?;
+        http_body(&response).lines().find_map(|line| {
+            line.strip_prefix(name)?
+                .strip_prefix(' ')?
+                .trim()
+                .parse()
+                .ok()
+        })
+    }
+
+    /// Whether its `/health/ready` answers 200: joined its group, database
+    /// and brokers answering, nothing stalled.
+    pub fn is_ready(&self) -> bool {
+        self.status
+            .as_deref()
+            .and_then(|addr| try_http_get(addr, "/health/ready"))
+            .is_some_and(|r| r.starts_with("HTTP/1.1 200"))
     }
 
     /// Everything the host logged so far (ANSI colours stripped).
@@ -154,6 +184,12 @@ pub fn http_request(addr: &str, method: &str, path: &str) -> String {
     let mut response = String::new();
     stream.read_to_string(&mut response).expect("response");
     response
+}
+
+/// [`http_get`], or `None` while nothing listens at `addr`.
+pub fn try_http_get(addr: &str, path: &str) -> Option<String> {
+    std::net::TcpStream::connect(addr).ok()?;
+    Some(http_get(addr, path))
 }
 
 /// The body of a response from [`http_request`].

@@ -29,10 +29,16 @@ impl Stage {
     }
 
     /// Brokers, topic and database come from the environment, so the host's
-    /// command line is the README's: `--plugin <file> --group <group>`.
+    /// command line is the README's: `--plugin <file> --group <group>`. It
+    /// serves its status endpoint (on a free port unless `extra` names one), so
+    /// tests wait on `/metrics` and `/health/ready` rather than on log lines.
     pub fn spawn_host(&self, plugin: &std::path::Path, extra: &[&str]) -> Host {
         let plugin = plugin.to_str().expect("utf-8 path");
+        let status = crate::host::free_addr();
         let mut args = vec!["--plugin", plugin, "--group", &self.group];
+        if !extra.contains(&"--status-addr") {
+            args.extend(["--status-addr", status.as_str()]);
+        }
         args.extend_from_slice(extra);
         Host::spawn(
             &args,

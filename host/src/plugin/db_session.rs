@@ -7,8 +7,8 @@ use super::bindings::inbox::host::{db, types};
 use super::bindings::{DbError, Rows, Value};
 use super::clock::GuestClock;
 use super::db_values::{
-    bind_all, column_names, host_error, keyed_sql, param_bytes, row_footprint, row_values,
-    INVALID_PARAMETER, RESULT_TOO_LARGE, STATEMENT_REFUSED,
+    bind_all, column_names, host_error, is_retryable_sqlstate, keyed_sql, param_bytes,
+    row_footprint, row_values, INVALID_PARAMETER, RESULT_TOO_LARGE, STATEMENT_REFUSED,
 };
 use super::sql_checks::CheckedStatements;
 use crate::inbox::Tx;
@@ -213,8 +213,10 @@ impl DbSession {
     fn settle<T>(&mut self, error: sqlx::Error) -> wasmtime::Result<Result<T, DbError>> {
         match error {
             sqlx::Error::Database(e) => {
+                let code = e.code().map(|c| c.into_owned()).unwrap_or_default();
                 let error = DbError {
-                    code: e.code().map(|c| c.into_owned()).unwrap_or_default(),
+                    retryable: is_retryable_sqlstate(&code),
+                    code,
                     message: crate::inbox::storable_text(
                         e.message(),
                         crate::inbox::MAX_FAILURE_TEXT,

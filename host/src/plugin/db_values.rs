@@ -16,11 +16,21 @@ pub(super) const INVALID_PARAMETER: &str = "IH002";
 pub(super) const UNSUPPORTED_COLUMN: &str = "IH003";
 pub(super) const RESULT_TOO_LARGE: &str = "IH004";
 
+/// A refusal of the host's: waiting cannot change its verdict.
 pub(super) fn host_error(code: &str, message: impl Into<String>) -> DbError {
     DbError {
         code: code.to_string(),
         message: message.into(),
+        retryable: false,
     }
+}
+
+/// SQLSTATEs after which the same work may succeed: serialization failures and
+/// deadlocks (class 40), lock timeouts, cancelled statements (statement
+/// timeouts). Sent to the guest as `db-error.retryable`, and used for a
+/// failure the guest ignored.
+pub(super) fn is_retryable_sqlstate(code: &str) -> bool {
+    code.starts_with("40") || code == "55P03" || code == "57014"
 }
 
 /// The SQL actually prepared: the guest's text behind a comment naming the

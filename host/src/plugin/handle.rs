@@ -49,7 +49,7 @@ impl Handler for Plugin {
                 // the runner find it unusable.
                 Some(e) => Err(HandlerError::new(
                     FailureKind::TransactionBroken,
-                    is_retryable_sqlstate(&e.code),
+                    e.retryable,
                     format!(
                         "the handler returned ok after a statement failed ({} {}); a failed \
                          statement aborts the transaction, so nothing was committed",
@@ -232,12 +232,6 @@ fn blame_refusal(error: HandlerError, state: &GuestState) -> HandlerError {
         ),
         _ => error,
     }
-}
-
-/// SQLSTATEs after which the same work may succeed: serialization failures and
-/// deadlocks (class 40), lock timeouts, cancelled statements.
-fn is_retryable_sqlstate(code: &str) -> bool {
-    code.starts_with("40") || code == "55P03" || code == "57014"
 }
 
 #[cfg(test)]

@@ -22,7 +22,12 @@ pub enum LoadError {
     WrongWorld { path: String, reason: String },
     #[error("{path} cannot be instantiated in the sandbox: {reason}")]
     Instantiate { path: String, reason: String },
+    #[error("{path} was built against {found}, and this host speaks {CONTRACT}: rebuild it with the inbox-guest SDK of this host (docs/wit.md says what changed between versions)")]
+    OtherContract { path: String, found: String },
 }
+
+/// The WIT package (and version) this host provides to plugins: `wit/inbox.wit`.
+pub const CONTRACT: &str = "inbox:host@0.2.0";
 
 /// A compiled handler component, checked against the world, ready to instantiate
 /// once per message.
@@ -79,6 +84,9 @@ impl Plugin {
             path: path.clone(),
             reason: format!("{e:#}"),
         })?;
+        if let Some(found) = other_contract(&component, &runtime.engine) {
+            return Err(LoadError::OtherContract { path, found });
+        }
         let instance_pre =
             runtime
                 .linker
@@ -113,6 +121,20 @@ impl Plugin {
     pub fn digest(&self) -> &str {
         &self.digest
     }
+}
+
+/// The `inbox:host` package a component imports, when it is another version than
+/// this host's (its imports would fail to link with a message about types).
+fn other_contract(component: &Component, engine: &wasmtime::Engine) -> Option<String> {
+    let this = CONTRACT.split_once('@').map_or("", |(_, version)| version);
+    let ty = component.component_type();
+    let found = ty
+        .imports(engine)
+        .filter_map(|(name, _)| name.strip_prefix("inbox:host/"))
+        .filter_map(|rest| rest.split_once('@').map(|(_, version)| version))
+        .find(|version| *version != this)
+        .map(|version| format!("inbox:host@{version}"));
+    found
 }
 
 /// `sha256:<hex>` of plugin bytes.

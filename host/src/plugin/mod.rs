@@ -18,7 +18,7 @@ mod state;
 mod swap;
 
 pub use limits::SandboxLimits;
-pub use loader::{digest_of, LoadError, Plugin};
+pub use loader::{digest_of, LoadError, Plugin, CONTRACT};
 pub use runtime::Runtime;
 pub use sql_guard::{check as check_statement, Violation};
 pub use swap::{PluginCell, SwapCounts, Watcher};
