@@ -75,8 +75,9 @@ async fn reading_infinite_timestamps_does_not_panic_the_host_and_they_bind_back(
         runner.process(&attack("ts", "timestamps"), &plugin).await,
         Outcome::Processed
     );
+    // The guest writes values as their Rust Debug text, less the type's name.
     let seen: Vec<(String, String)> = sqlx::query_as(
-        "SELECT what, value FROM hostile_seen WHERE message_id = 'ts' ORDER BY what",
+        "SELECT what, replace(value, 'Value::', '') FROM hostile_seen WHERE message_id = 'ts' ORDER BY what",
     )
     .fetch_all(&db.pool)
     .await
@@ -369,7 +370,7 @@ async fn every_value_type_crosses_at_its_extremes_in_both_directions() {
         Outcome::Processed
     );
     let seen: Vec<String> = sqlx::query_scalar(
-        "SELECT value FROM hostile_seen WHERE message_id = 'extremes' ORDER BY what",
+        "SELECT replace(value, 'Value::', '') FROM hostile_seen WHERE message_id = 'extremes' ORDER BY what",
     )
     .fetch_all(&db.pool)
     .await
