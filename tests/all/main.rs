@@ -2,6 +2,7 @@
 
 mod batching;
 mod cli;
+mod components;
 mod hostile;
 mod hot_swap;
 mod inbox_core;

@@ -95,6 +95,43 @@ fn a_plugin_built_against_the_previous_contract_is_refused_naming_both_versions(
     );
 }
 
+/// What componentize-js builds by default: a handler that also imports
+/// `wasi:http`. The refusal names the import and the flag that removes it.
+#[test]
+fn a_component_importing_wasi_http_is_told_which_import_and_how_to_drop_it() {
+    let path = crate::components::from_wat(
+        "imports-http",
+        r#"(module
+            (import "wasi:http/outgoing-handler@0.2.6" "handle" (func $fetch (result i32)))
+            (memory (export "memory") 1)
+            (func (export "cabi_realloc") (param i32 i32 i32 i32) (result i32) (i32.const 16))
+            (func (export "handle")
+                (param i32 i32 i32 i32 i32 i64 i32 i32 i32 i32 i32 i32 i32) (result i32)
+                (drop (call $fetch))
+                (i32.const 0)))"#,
+        &[
+            (
+                "http.wit",
+                "package wasi:http@0.2.6;\ninterface outgoing-handler { handle: func() -> u32; }\n",
+            ),
+            (
+                "js.wit",
+                "package test:js;\nworld handler-with-http {\n  include inbox:host/handler@0.2.0;\n  import wasi:http/outgoing-handler@0.2.6;\n}\n",
+            ),
+        ],
+        "handler-with-http",
+    );
+    let (ok, _, stderr) = check(&path);
+    let _ = std::fs::remove_file(&path);
+    assert!(!ok);
+    assert!(
+        stderr.contains(
+            "it imports wasi:http/outgoing-handler@0.2.6, which this host does not provide"
+        ) && stderr.contains("--disable http fetch-event"),
+        "{stderr}"
+    );
+}
+
 #[test]
 fn a_missing_file_is_refused_with_the_path() {
     let (ok, _, stderr) = check(std::path::Path::new("/nonexistent/billing.wasm"));

@@ -105,38 +105,20 @@ fn far_deadline() -> SandboxLimits {
 
 /// A component whose core module has two linear memories of 60 MiB each: each
 /// is under the 64 MiB cap, together they are not. No Rust guest can be built
-/// this way, so it is assembled here from WebAssembly text and the host's WIT.
+/// this way, so it is assembled from WebAssembly text and the host's WIT.
 fn two_memories_of_60_mib() -> std::path::PathBuf {
-    const CORE: &str = r#"(module
-        (memory (export "memory") 960)
-        (memory $second 960)
-        (func (export "cabi_realloc") (param i32 i32 i32 i32) (result i32) (i32.const 16))
-        (func (export "handle")
-            (param i32 i32 i32 i32 i32 i64 i32 i32 i32 i32 i32 i32 i32) (result i32)
-            (i32.const 0)))"#;
-    let mut resolve = wit_parser::Resolve::default();
-    let wit = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../wit");
-    let (package, _) = resolve.push_dir(&wit).expect("the host's WIT");
-    let world = resolve
-        .select_world(&[package], Some("handler"))
-        .expect("the handler world");
-    let mut module = wat::parse_str(CORE).expect("valid text");
-    wit_component::embed_component_metadata(
-        &mut module,
-        &resolve,
-        world,
-        wit_component::StringEncoding::UTF8,
+    crate::components::from_wat(
+        "two-memories",
+        r#"(module
+            (memory (export "memory") 960)
+            (memory $second 960)
+            (func (export "cabi_realloc") (param i32 i32 i32 i32) (result i32) (i32.const 16))
+            (func (export "handle")
+                (param i32 i32 i32 i32 i32 i64 i32 i32 i32 i32 i32 i32 i32) (result i32)
+                (i32.const 0)))"#,
+        &[],
+        "handler",
     )
-    .expect("metadata");
-    let component = wit_component::ComponentEncoder::default()
-        .module(&module)
-        .expect("module")
-        .validate(true)
-        .encode()
-        .expect("component");
-    let path = std::env::temp_dir().join(format!("two-memories-{}.wasm", std::process::id()));
-    std::fs::write(&path, component).expect("write component");
-    path
 }
 
 #[tokio::test]

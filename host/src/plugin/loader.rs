@@ -18,7 +18,7 @@ pub enum LoadError {
     CoreModule { path: String },
     #[error("{path} is not a valid WebAssembly component: {reason}")]
     Invalid { path: String, reason: String },
-    #[error("{path} does not match the `inbox:host/handler` world (wit/inbox.wit): {reason}; build it with the inbox-guest SDK against this host's WIT")]
+    #[error("{path} does not match the `inbox:host/handler` world (wit/inbox.wit): {reason}; build it against this host's wit/inbox.wit (Rust: the inbox-guest SDK)")]
     WrongWorld { path: String, reason: String },
     #[error("{path} cannot be instantiated in the sandbox: {reason}")]
     Instantiate { path: String, reason: String },
@@ -82,7 +82,7 @@ impl Plugin {
         }
         let component = Component::new(&runtime.engine, bytes).map_err(|e| LoadError::Invalid {
             path: path.clone(),
-            reason: format!("{e:#}"),
+            reason: with_async_hint(format!("{e:#}")),
         })?;
         if let Some(found) = other_contract(&component, &runtime.engine) {
             return Err(LoadError::OtherContract { path, found });
@@ -93,7 +93,7 @@ impl Plugin {
                 .instantiate_pre(&component)
                 .map_err(|e| LoadError::WrongWorld {
                     path: path.clone(),
-                    reason: format!("{e:#}"),
+                    reason: with_import_hint(format!("{e:#}"), &component, &runtime.engine),
                 })?;
         let pre = HandlerPre::new(instance_pre).map_err(|e| LoadError::WrongWorld {
             path: path.clone(),
@@ -135,6 +135,56 @@ fn other_contract(component: &Component, engine: &wasmtime::Engine) -> Option<St
         .find(|version| *version != this)
         .map(|version| format!("inbox:host@{version}"));
     found
+}
+
+/// Interface families the host links: its own, and WASI's (files, sockets and
+/// the environment are linked but deny everything).
+const PROVIDED: &[&str] = &[
+    "inbox:host/",
+    "wasi:cli/",
+    "wasi:clocks/",
+    "wasi:filesystem/",
+    "wasi:io/",
+    "wasi:random/",
+    "wasi:sockets/",
+];
+
+/// Names what the component imports that the host does not provide, and how
+/// the usual toolchains leave it out.
+fn with_import_hint(reason: String, component: &Component, engine: &wasmtime::Engine) -> String {
+    let ty = component.component_type();
+    let missing: Vec<&str> = ty
+        .imports(engine)
+        .map(|(name, _)| name)
+        .filter(|name| !PROVIDED.iter().any(|p| name.starts_with(p)))
+        .collect();
+    if missing.is_empty() {
+        return reason;
+    }
+    let mut hint = format!(
+        "{reason}; it imports {}, which this host does not provide (guests reach only the `db` interface)",
+        missing.join(", ")
+    );
+    if missing.iter().any(|name| name.starts_with("wasi:http/")) {
+        hint.push_str(
+            "; a JavaScript component built with componentize-js imports wasi:http unless \
+             built with `--disable http fetch-event`",
+        );
+    }
+    hint
+}
+
+/// A component using the component model's async ABI (componentize-qjs's
+/// default) is told how to build a synchronous one.
+fn with_async_hint(reason: String) -> String {
+    if reason.contains("async") {
+        format!(
+            "{reason}; the host runs components with the synchronous ABI \
+             (for componentize-qjs, build with `--sync`)"
+        )
+    } else {
+        reason
+    }
 }
 
 /// `sha256:<hex>` of plugin bytes.
