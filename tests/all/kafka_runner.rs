@@ -617,17 +617,13 @@ async fn inbox_rows_past_the_retention_window_are_pruned_and_the_window_is_check
             .await
             .expect("rows");
     assert_eq!(kept, ["other-group", "recent"]);
-    // The local broker may not report retention.ms; either way the host says what it found.
-    wait_until(
-        "the window checked against the topic's retention",
-        LONG,
-        || async {
-            let log = host.log();
-            log.contains("inbox retention outlives the topic's")
-                || log.contains("the topic keeps records longer than the inbox keeps rows")
-                || log.contains("could not read the topic's retention.ms")
-        },
-    )
+    // The local broker (librdkafka's mock cluster) does not answer DescribeConfigs,
+    // so the host must say it could not check, never stay silent; the comparison
+    // itself is unit-tested in app::retention.
+    wait_until("the host says it could not check the window", LONG, || async {
+        host.log()
+            .contains("could not read the topic's retention.ms; make sure --inbox-retention-days outlives it")
+    })
     .await;
 }
 
