@@ -42,14 +42,16 @@ pub struct Metrics {
     sampled: Arc<Sampled>,
     database_down: AtomicBool,
     /// Totals by outcome for the periodic progress line.
-    totals: [AtomicU64; 4],
+    counts: Counts,
 }
 
-/// Indices into `Metrics::totals`.
-const PROCESSED: usize = 0;
-const DUPLICATE: usize = 1;
-const FAILED: usize = 2;
-const SET_ASIDE: usize = 3;
+#[derive(Default)]
+struct Counts {
+    processed: AtomicU64,
+    duplicates: AtomicU64,
+    failures: AtomicU64,
+    set_aside: AtomicU64,
+}
 
 /// What the progress line reports: totals since start and the lag now.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -101,7 +103,7 @@ impl Metrics {
         let transaction_seconds = Histogram::new(exponential_buckets(0.0005, 2.0, 16));
         registry.register(
             "inbox_host_transaction_duration_seconds",
-            "Time from a batch's inbox claim to its commit (or rollback)",
+            "Time the runner took for one batch, from its inbox claim to its commit or rollback (a replay after a failure included)",
             transaction_seconds.clone(),
         );
         let end_to_end_seconds = Histogram::new(exponential_buckets(0.001, 2.0, 20));
@@ -126,7 +128,7 @@ impl Metrics {
             end_to_end_seconds,
             sampled,
             database_down: AtomicBool::new(false),
-            totals: Default::default(),
+            counts: Counts::default(),
         }
     }
 
@@ -182,35 +184,36 @@ impl Metrics {
             Verdict::Handled(o) if o.committed() => self.database_reachable(true),
             _ => {}
         }
-        let (outcome, labels): (&str, OutcomeLabels) = match verdict {
+        let counts = &self.counts;
+        let (labels, total): (OutcomeLabels, Option<&AtomicU64>) = match verdict {
             Verdict::Handled(Outcome::Failed(e)) => (
-                "failed",
                 vec![("outcome", "failed"), ("kind", e.kind.as_str())],
+                Some(&counts.failures),
             ),
-            Verdict::Handled(o) => (o.label(), vec![("outcome", o.label())]),
-            Verdict::SetAside(_) => ("set_aside", vec![("outcome", "set_aside")]),
+            Verdict::Handled(o) => {
+                let total = match o {
+                    Outcome::Processed => Some(&counts.processed),
+                    Outcome::Duplicate => Some(&counts.duplicates),
+                    _ => None,
+                };
+                (vec![("outcome", o.label())], total)
+            }
+            Verdict::SetAside(_) => (vec![("outcome", "set_aside")], Some(&counts.set_aside)),
         };
         self.messages.get_or_create(&labels).inc();
-        let total = match outcome {
-            "processed" => Some(PROCESSED),
-            "duplicate" => Some(DUPLICATE),
-            "failed" => Some(FAILED),
-            "set_aside" => Some(SET_ASIDE),
-            _ => None,
-        };
-        if let Some(i) = total {
-            self.totals[i].fetch_add(1, Ordering::Relaxed);
+        if let Some(total) = total {
+            total.fetch_add(1, Ordering::Relaxed);
         }
     }
 
     pub fn totals(&self) -> Totals {
         let views = self.sampled.partitions.views();
-        let get = |i: usize| self.totals[i].load(Ordering::Relaxed);
+        let get = |n: &AtomicU64| n.load(Ordering::Relaxed);
         Totals {
-            processed: get(PROCESSED),
-            duplicates: get(DUPLICATE),
-            failures: get(FAILED),
-            set_aside: get(SET_ASIDE),
+            processed: get(&self.counts.processed),
+            duplicates: get(&self.counts.duplicates),
+            failures: get(&self.counts.failures),
+            set_aside: get(&self.counts.set_aside),
             lag: views.iter().filter_map(|v| v.lag).sum(),
             partitions: views.len(),
         }
