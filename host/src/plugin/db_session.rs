@@ -1,6 +1,7 @@
 //! The host side of the WIT `db` interface: every call runs on the message's
 //! inbox transaction, through sqlx's extended protocol.
 
+use std::future::Future;
 use std::sync::Arc;
 
 use super::bindings::inbox::host::{db, types};
@@ -66,13 +67,7 @@ impl db::Host for DbSession {
         sql: String,
         params: Vec<Value>,
     ) -> wasmtime::Result<Result<u64, DbError>> {
-        Ok(self
-            .run(&sql, params, Want::Count)
-            .await?
-            .map(|answer| match answer {
-                Answer::Count(n) => n,
-                Answer::Rows(_) => unreachable!("a count was asked for"),
-            }))
+        self.run::<Count>(&sql, params).await
     }
 
     async fn query(
@@ -80,37 +75,54 @@ impl db::Host for DbSession {
         sql: String,
         params: Vec<Value>,
     ) -> wasmtime::Result<Result<Rows, DbError>> {
-        Ok(self
-            .run(&sql, params, Want::Rows)
-            .await?
-            .map(|answer| match answer {
-                Answer::Rows(rows) => rows,
-                Answer::Count(_) => unreachable!("rows were asked for"),
-            }))
+        self.run::<AllRows>(&sql, params).await
     }
 }
 
-/// What a statement's caller wants back: `execute` a count, `query` the rows.
-enum Want {
-    Count,
-    Rows,
+type GuestQuery<'q> = sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>;
+
+/// What a call reads back from its statement: `execute` a count, `query` the
+/// rows (or the host's refusal of them).
+trait Fetch {
+    type Out;
+    fn fetch<'q>(
+        query: GuestQuery<'q>,
+        tx: &'q mut Tx,
+    ) -> impl Future<Output = Result<Result<Self::Out, DbError>, sqlx::Error>> + Send + 'q;
 }
 
-enum Answer {
-    Count(u64),
-    Rows(Rows),
+struct Count;
+struct AllRows;
+
+impl Fetch for Count {
+    type Out = u64;
+    async fn fetch<'q>(
+        query: GuestQuery<'q>,
+        tx: &'q mut Tx,
+    ) -> Result<Result<u64, DbError>, sqlx::Error> {
+        Ok(Ok(query.execute(&mut **tx).await?.rows_affected()))
+    }
+}
+
+impl Fetch for AllRows {
+    type Out = Rows;
+    fn fetch<'q>(
+        query: GuestQuery<'q>,
+        tx: &'q mut Tx,
+    ) -> impl Future<Output = Result<Result<Rows, DbError>, sqlx::Error>> + Send + 'q {
+        fetch_bounded(query, tx)
+    }
 }
 
 impl DbSession {
     /// The one path of every statement: checked and bounded, bound, run on the
     /// message's transaction (the wait not counted against the guest's
     /// deadline), and its outcome turned into what the guest sees.
-    async fn run(
+    async fn run<F: Fetch>(
         &mut self,
         sql: &str,
         params: Vec<Value>,
-        want: Want,
-    ) -> wasmtime::Result<Result<Answer, DbError>> {
+    ) -> wasmtime::Result<Result<F::Out, DbError>> {
         let keyed = match self.admit(sql, &params) {
             Ok(keyed) => keyed,
             Err(refused) => return Ok(Err(refused)),
@@ -121,13 +133,7 @@ impl DbSession {
         };
         let tx = transaction(&mut self.tx)?;
         self.clock.db_wait_begins();
-        let done = match want {
-            Want::Count => query
-                .execute(&mut **tx)
-                .await
-                .map(|r| Ok(Answer::Count(r.rows_affected()))),
-            Want::Rows => fetch_bounded(query, tx).await.map(|r| r.map(Answer::Rows)),
-        };
+        let done = F::fetch(query, tx).await;
         self.clock.db_wait_ends();
         match done {
             Ok(Ok(answer)) => Ok(Ok(answer)),
@@ -270,7 +276,7 @@ pub(super) const PARAM_BYTES_PER_MESSAGE_FACTOR: usize = 16;
 /// by the connection). The bound counts what the host holds: every value, NULLs
 /// included, and each row's own overhead.
 async fn fetch_bounded(
-    query: sqlx::query::Query<'_, sqlx::Postgres, sqlx::postgres::PgArguments>,
+    query: GuestQuery<'_>,
     tx: &mut Tx,
 ) -> Result<Result<Rows, DbError>, sqlx::Error> {
     use futures_util::TryStreamExt;
@@ -303,9 +309,7 @@ const MAX_STATEMENT_BYTES: usize = 64 << 10;
 /// caches up to 100 per connection by text, and guests choose the text.
 const CACHED_STATEMENT_BYTES: usize = 4 << 10;
 
-fn guest_statement(
-    sql: &str,
-) -> sqlx::query::Query<'_, sqlx::Postgres, sqlx::postgres::PgArguments> {
+fn guest_statement(sql: &str) -> GuestQuery<'_> {
     sqlx::query(sql).persistent(sql.len() <= CACHED_STATEMENT_BYTES)
 }
 
