@@ -43,6 +43,10 @@ pub enum Command {
     Check {
         /// The plugin file to check.
         plugin: PathBuf,
+        /// A checked plugin is left compiled in the cache, so the host loads it
+        /// without compiling.
+        #[command(flatten)]
+        compile_cache: CompileCacheArg,
     },
     /// Run the reference lab: each acknowledgement strategy against a handler that
     /// writes an invoice and fails, plus the duplicate case.
@@ -50,6 +54,91 @@ pub enum Command {
     /// Start a throwaway PostgreSQL and a local Kafka-protocol broker for trying
     /// inbox-host out; prints the environment to use and runs until Ctrl-C.
     Dev(DevArgs),
+    /// List, inspect and redrive dead letters: records set aside instead of
+    /// handled (inbox_host.dead_letters).
+    DeadLetters(DeadLettersArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct DeadLettersArgs {
+    #[command(flatten)]
+    pub database: DatabaseArgs,
+    /// Print JSON instead of a table.
+    #[arg(long, global = true)]
+    pub json: bool,
+    #[command(subcommand)]
+    pub action: LetterAction,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum LetterAction {
+    /// List dead letters not yet redriven, oldest first, with how many match.
+    List {
+        #[command(flatten)]
+        filter: LetterFilterArgs,
+        /// Show at most this many.
+        #[arg(long, default_value_t = 50)]
+        limit: i64,
+    },
+    /// Show one dead letter: where it came from, why it was set aside, its key,
+    /// headers and payload.
+    Show {
+        /// The letter's id (from `list`).
+        id: i64,
+    },
+    /// Republish dead letters to their original topic (or --to-topic) with
+    /// their key, headers and payload, so the group handles them again (once:
+    /// a set-aside record has no inbox row). Each is marked with who redrove it
+    /// and when; a letter already redriven is refused unless --again.
+    Redrive(RedriveArgs),
+}
+
+/// Which letters: all filters must match.
+#[derive(Debug, Clone, Default, Args)]
+pub struct LetterFilterArgs {
+    /// Only this consumer group's letters.
+    #[arg(long)]
+    pub group: Option<String>,
+    /// Only letters from this topic.
+    #[arg(long)]
+    pub topic: Option<String>,
+    /// Only letters whose reason contains this text (case-insensitive).
+    #[arg(long)]
+    pub reason: Option<String>,
+    /// Only letters recorded since this time: RFC 3339 (2026-12-03T10:00:00Z)
+    /// or an age (90s, 30m, 2h, 7d).
+    #[arg(long)]
+    pub since: Option<String>,
+    /// Include letters already redriven.
+    #[arg(long)]
+    pub include_redriven: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct RedriveArgs {
+    /// The letters to redrive, by id.
+    pub ids: Vec<i64>,
+    /// Redrive every letter the filters match (not yet redriven ones unless
+    /// --include-redriven --again).
+    #[arg(long, conflicts_with = "ids")]
+    pub all: bool,
+    #[command(flatten)]
+    pub filter: LetterFilterArgs,
+    /// Publish to this topic instead of each letter's original one.
+    #[arg(long)]
+    pub to_topic: Option<String>,
+    /// Redrive letters that were redriven before.
+    #[arg(long)]
+    pub again: bool,
+    /// Recorded as who redrove the letters (default: $USER@hostname).
+    #[arg(long)]
+    pub by: Option<String>,
+    /// Kafka bootstrap servers.
+    #[arg(long, env = "KAFKA_BROKERS", default_value = "localhost:9092")]
+    pub brokers: String,
+    /// librdkafka connection properties, key=value (TLS, SASL), as for `run`.
+    #[arg(long = "kafka-opt", env = "INBOX_KAFKA_OPTS", value_delimiter = ';')]
+    pub kafka_opts: Vec<String>,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -206,6 +295,41 @@ pub struct RunArgs {
     /// made no progress for this many seconds (a poison record, a stuck handler).
     #[arg(long, env = "INBOX_STALL_AFTER_SECS", default_value_t = 60)]
     pub stall_after_secs: u64,
+    /// Also publish every set-aside record to this topic (original key, value
+    /// and headers plus `kafka_dlt-*` headers saying where it came from and
+    /// why), acknowledged by all in-sync replicas before its offset is stored.
+    #[arg(long, env = "INBOX_DEAD_LETTER_TOPIC")]
+    pub dead_letter_topic: Option<String>,
+    #[command(flatten)]
+    pub compile_cache: CompileCacheArg,
+}
+
+/// Where compiled plugins are kept between loads.
+#[derive(Debug, Clone, Args)]
+pub struct CompileCacheArg {
+    /// Keep compiled plugins here, by content, so a restart or a swap back to a
+    /// known version loads in about a second instead of compiling again; `off`
+    /// compiles on every load. It holds native code the host runs: only the
+    /// host's user may write it. Default: $XDG_CACHE_HOME/inbox-host (or
+    /// ~/.cache/inbox-host).
+    #[arg(long = "compile-cache", env = "INBOX_COMPILE_CACHE")]
+    pub dir: Option<String>,
+}
+
+impl CompileCacheArg {
+    /// The directory to use, or `None` when the cache is off (or no home
+    /// directory is known to default to).
+    pub fn dir(&self) -> Option<PathBuf> {
+        match self.dir.as_deref().map(str::trim) {
+            Some("off") => None,
+            Some(dir) if !dir.is_empty() => Some(PathBuf::from(dir)),
+            _ => std::env::var_os("XDG_CACHE_HOME")
+                .filter(|d| !d.is_empty())
+                .map(PathBuf::from)
+                .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+                .map(|cache| cache.join("inbox-host")),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Args)]

@@ -25,13 +25,18 @@ async fn main() -> ExitCode {
                 "DATABASE_URL is not set: pass --database-url postgres://... or export DATABASE_URL"
             )),
         },
-        Command::Check { plugin } => app::check(&plugin).await.map(|digest| {
-            println!(
-                "ok: {} is a valid inbox:host/handler plugin",
-                plugin.display()
-            );
-            println!("digest: {digest}");
-        }),
+        Command::Check {
+            plugin,
+            compile_cache,
+        } => app::check(&plugin, compile_cache.dir().as_deref())
+            .await
+            .map(|digest| {
+                println!(
+                    "ok: {} is a valid inbox:host/handler plugin",
+                    plugin.display()
+                );
+                println!("digest: {digest}");
+            }),
         Command::Lab(args) => app::lab(args).await.map(|rows| {
             for row in rows {
                 println!("{row}");
@@ -39,6 +44,7 @@ async fn main() -> ExitCode {
         }),
         // Closing the terminal (SIGHUP) ends `dev` too, so its PostgreSQL goes with it.
         Command::Dev(args) => app::dev(args, shutdown_or_hangup()).await,
+        Command::DeadLetters(args) => app::dead_letters(args).await,
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -284,11 +284,11 @@ async fn two_hosts_in_one_group_both_pick_up_the_deploy() {
     assert_eq!((on_v2, workers), (200, 2));
 
     // SIGHUP asks for a reload; the file is unchanged, so nothing is swapped again.
-    let _ = std::process::Command::new("kill")
-        .args(["-HUP", &a.pid().to_string()])
-        .status();
-    wait_until("the reload request logged", LONG, || async {
-        a.log().contains("reload requested (SIGHUP)")
+    let checks = || a.metric("inbox_host_plugin_reload_checks_total");
+    let before = checks().expect("the reload checks counter");
+    a.hangup();
+    wait_until("the file checked after SIGHUP", LONG, || async {
+        checks() > Some(before)
     })
     .await;
     assert_eq!(swaps(&a), 1.0, "{}", a.log());

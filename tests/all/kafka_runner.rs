@@ -369,18 +369,11 @@ async fn records_the_host_cannot_use_are_set_aside_with_a_reason_and_never_skipp
 #[tokio::test(flavor = "multi_thread")]
 async fn the_status_endpoint_serves_metrics_promtool_accepts_and_health_and_logs_are_json() {
     let stage = Stage::new(1).await;
-    let addr = host::free_addr();
     let host = stage.spawn_host(
         &plugin("billing"),
-        &[
-            "--status-addr",
-            &addr,
-            "--max-attempts",
-            "2",
-            "--log-format",
-            "json",
-        ],
+        &["--max-attempts", "2", "--log-format", "json"],
     );
+    let addr = host.status_addr().await;
     let mut records: Vec<_> = (0..3).map(|n| stage.order(&format!("ok-{n}"), n)).collect();
     records.push(stage.record("bad", Some(0), "not json"));
     stage.produce(records).await;
@@ -477,18 +470,11 @@ async fn a_stuck_partition_shows_as_lag_and_not_ready_until_it_drains() {
     )];
     records.extend((0..20).map(|n| stage.record(&format!("after-{n}"), Some(0), "SELECT 1")));
     stage.produce(records).await;
-    let addr = host::free_addr();
     let mut host = stage.spawn_host(
         &plugin("sql-runner"),
-        &[
-            "--status-addr",
-            &addr,
-            "--stall-after-secs",
-            "3",
-            "--max-fatal-attempts",
-            "1000000",
-        ],
+        &["--stall-after-secs", "3", "--max-fatal-attempts", "1000000"],
     );
+    let addr = host.status_addr().await;
     let lag = || {
         let metrics = http_body(&http_get(&addr, "/metrics")).to_string();
         metrics
@@ -498,10 +484,6 @@ async fn a_stuck_partition_shows_as_lag_and_not_ready_until_it_drains() {
             .and_then(|v| v.parse::<i64>().ok())
     };
     let ready = || http_get(&addr, "/health/ready");
-    wait_until("the status endpoint listening", LONG, || async {
-        std::net::TcpStream::connect(&addr).is_ok()
-    })
-    .await;
     assert!(host.is_running(), "{}", host.log());
     wait_until("the held partition's lag in /metrics", LONG, || async {
         lag() == Some(21)

@@ -3,6 +3,7 @@
 mod batching;
 mod cli;
 mod components;
+mod dead_letters;
 mod hostile;
 mod hot_swap;
 mod inbox_core;
@@ -13,3 +14,4 @@ mod plugin_loading;
 mod sandbox;
 mod security;
 mod tls;
+mod traces;

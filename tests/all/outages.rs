@@ -24,8 +24,8 @@ async fn a_database_and_then_a_broker_away_for_thirty_seconds_cost_nothing_and_t
             .collect()
     };
     stage.produce(orders(0, 300)).await;
-    let addr = host::free_addr();
-    let mut host = stage.spawn_host(&plugin("billing"), &["--status-addr", &addr]);
+    let mut host = stage.spawn_host(&plugin("billing"), &[]);
+    let addr = host.status_addr().await;
     let pid = host.pid();
     let health = || host::http_get(&addr, "/health");
     let not_ready_for = |reason: &str| {

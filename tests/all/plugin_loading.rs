@@ -141,3 +141,89 @@ fn a_missing_file_is_refused_with_the_path() {
         "{stderr}"
     );
 }
+
+/// Every file under `dir`, with its bytes.
+fn files_in(dir: &std::path::Path) -> Vec<(std::path::PathBuf, Vec<u8>)> {
+    let mut files = Vec::new();
+    let mut dirs = vec![dir.to_path_buf()];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).expect("read_dir") {
+            let path = entry.expect("entry").path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else {
+                let bytes = std::fs::read(&path).expect("read");
+                files.push((path, bytes));
+            }
+        }
+    }
+    files
+}
+
+#[test]
+fn check_leaves_the_plugin_compiled_in_the_cache_and_a_damaged_entry_is_compiled_again() {
+    let cache = tempfile::tempdir().expect("tempdir");
+    let billing = plugin("billing");
+    let check_cached = || {
+        host::run(
+            &[
+                "check",
+                billing.to_str().expect("path"),
+                "--compile-cache",
+                cache.path().to_str().expect("path"),
+            ],
+            &[],
+        )
+    };
+    let first = check_cached();
+    assert!(
+        first.status.success(),
+        "{}",
+        String::from_utf8_lossy(&first.stderr)
+    );
+    let entries = files_in(cache.path());
+    let compiled: Vec<_> = entries
+        .iter()
+        .filter(|(_, bytes)| bytes.len() > 1024)
+        .collect();
+    assert!(
+        !compiled.is_empty(),
+        "nothing compiled in the cache: {entries:?}"
+    );
+
+    for (path, _) in &compiled {
+        std::fs::write(path, b"not compiled code").expect("damage");
+    }
+    let second = check_cached();
+    assert!(
+        second.status.success(),
+        "{}",
+        String::from_utf8_lossy(&second.stderr)
+    );
+    for (path, _) in &compiled {
+        let now = std::fs::read(path).expect("entry");
+        assert!(
+            now.len() > 1024,
+            "{} was not compiled again",
+            path.display()
+        );
+    }
+}
+
+#[test]
+fn with_the_compile_cache_off_nothing_is_written() {
+    let home = tempfile::tempdir().expect("tempdir");
+    let out = host::run(
+        &["check", plugin("billing").to_str().expect("path")],
+        &[
+            ("INBOX_COMPILE_CACHE", "off"),
+            ("XDG_CACHE_HOME", home.path().to_str().expect("path")),
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(files_in(home.path()).is_empty());
+}

@@ -34,6 +34,10 @@ fn command(args: &[&str], env: &[(&str, &str)]) -> Command {
         "INBOX_PLUGIN",
         "INBOX_GROUP",
         "INBOX_TOPIC",
+        "OTEL_EXPORTER_OTLP_ENDPOINT",
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+        "OTEL_EXPORTER_OTLP_PROTOCOL",
+        "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
     ] {
         command.env_remove(var);
     }
@@ -48,8 +52,10 @@ fn command(args: &[&str], env: &[(&str, &str)]) -> Command {
 pub struct Host {
     pub child: Child,
     pub log: PathBuf,
-    /// Its `--status-addr`, when it serves one.
-    pub status: Option<String>,
+    /// Its `--status-addr`, when it serves one (port 0: the kernel picks one).
+    requested_status: Option<String>,
+    /// The address its status endpoint is bound to, once known.
+    bound_status: std::sync::OnceLock<String>,
     _dir: tempfile::TempDir,
 }
 
@@ -63,7 +69,7 @@ impl Host {
             .stderr(file)
             .spawn()
             .expect("spawning inbox-host");
-        let status = args
+        let requested_status = args
             .iter()
             .position(|a| *a == "--status-addr")
             .and_then(|i| args.get(i + 1))
@@ -71,15 +77,44 @@ impl Host {
         Self {
             child,
             log,
-            status,
+            requested_status,
+            bound_status: std::sync::OnceLock::new(),
             _dir: dir,
         }
+    }
+
+    /// Where its status endpoint listens, waiting until it does. With
+    /// `--status-addr 127.0.0.1:0` the host binds a port the kernel picks (no
+    /// race with other tests for a "free" port) and logs the bound address at
+    /// start; that line is the only place the address exists.
+    pub async fn status_addr(&self) -> String {
+        crate::wait_until(
+            "the host listening on its status address",
+            std::time::Duration::from_secs(300),
+            || async { self.listening_at().is_some() },
+        )
+        .await;
+        self.listening_at().expect("known once listening")
+    }
+
+    /// The bound status address, if the host has said it yet.
+    fn listening_at(&self) -> Option<String> {
+        if let Some(addr) = self.bound_status.get() {
+            return Some(addr.clone());
+        }
+        let requested = self.requested_status.as_deref()?;
+        let addr = if requested.ends_with(":0") {
+            bound_address_in(&self.log())?
+        } else {
+            requested.to_string()
+        };
+        Some(self.bound_status.get_or_init(|| addr).clone())
     }
 
     /// The value of an unlabelled sample on its `/metrics` (`None` while the
     /// endpoint does not answer or the sample is absent).
     pub fn metric(&self, name: &str) -> Option<f64> {
-        let response = try_http_get(self.status.as_deref()?, "/metrics")?;
+        let response = try_http_get(&self.listening_at()?, "/metrics")?;
         http_body(&response).lines().find_map(|line| {
             line.strip_prefix(name)?
                 .strip_prefix(' ')?
@@ -92,9 +127,8 @@ impl Host {
     /// Whether its `/health/ready` answers 200: joined its group, database
     /// and brokers answering, nothing stalled.
     pub fn is_ready(&self) -> bool {
-        self.status
-            .as_deref()
-            .and_then(|addr| try_http_get(addr, "/health/ready"))
+        self.listening_at()
+            .and_then(|addr| try_http_get(&addr, "/health/ready"))
             .is_some_and(|r| r.starts_with("HTTP/1.1 200"))
     }
 
@@ -197,11 +231,16 @@ pub fn http_body(response: &str) -> &str {
     response.split_once("\r\n\r\n").map_or("", |(_, body)| body)
 }
 
-/// A free loopback address for `--status-addr`.
-pub fn free_addr() -> String {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port();
-    format!("127.0.0.1:{port}")
+/// The address in the host's "serving /metrics" start-up line, text
+/// (`addr=127.0.0.1:4711`) or JSON (`"addr":"127.0.0.1:4711"`).
+fn bound_address_in(log: &str) -> Option<String> {
+    let line = log.lines().find(|l| l.contains("serving /metrics"))?;
+    let (_, rest) = line
+        .split_once("addr=")
+        .or_else(|| line.split_once("\"addr\":\""))?;
+    let addr: String = rest
+        .chars()
+        .take_while(|c| !c.is_whitespace() && *c != '"')
+        .collect();
+    Some(addr)
 }

@@ -10,6 +10,7 @@ use inbox_host::inbox::{self, Handler, HandlerError, Message, Tx};
 use sqlx::postgres::PgPool;
 
 pub mod host;
+pub mod otlp;
 pub mod stage;
 
 /// A plugin built by `build.rs`, by crate name (`panic-after-write`). Library

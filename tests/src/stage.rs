@@ -30,26 +30,35 @@ impl Stage {
 
     /// Brokers, topic and database come from the environment, so the host's
     /// command line is the README's: `--plugin <file> --group <group>`. It
-    /// serves its status endpoint (on a free port unless `extra` names one), so
-    /// tests wait on `/metrics` and `/health/ready` rather than on log lines.
+    /// serves its status endpoint (on a port the kernel picks unless `extra`
+    /// names one: [`Host::status_addr`]), so tests wait on `/metrics` and
+    /// `/health/ready` rather than on log lines.
     pub fn spawn_host(&self, plugin: &std::path::Path, extra: &[&str]) -> Host {
+        self.spawn_host_with_env(plugin, extra, &[])
+    }
+
+    /// [`Stage::spawn_host`] with more environment variables.
+    pub fn spawn_host_with_env(
+        &self,
+        plugin: &std::path::Path,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Host {
         let plugin = plugin.to_str().expect("utf-8 path");
-        let status = crate::host::free_addr();
         let mut args = vec!["--plugin", plugin, "--group", &self.group];
         if !extra.contains(&"--status-addr") {
-            args.extend(["--status-addr", status.as_str()]);
+            args.extend(["--status-addr", "127.0.0.1:0"]);
         }
         args.extend_from_slice(extra);
-        Host::spawn(
-            &args,
-            &[
-                ("KAFKA_BROKERS", self.broker.bootstrap()),
-                ("INBOX_TOPIC", &self.topic),
-                ("DATABASE_URL", &self.db.url),
-                ("INBOX_RETRY_INITIAL_MS", "50"),
-                ("INBOX_RETRY_MAX_MS", "500"),
-            ],
-        )
+        let mut vars = vec![
+            ("KAFKA_BROKERS", self.broker.bootstrap()),
+            ("INBOX_TOPIC", &self.topic),
+            ("DATABASE_URL", &self.db.url),
+            ("INBOX_RETRY_INITIAL_MS", "50"),
+            ("INBOX_RETRY_MAX_MS", "500"),
+        ];
+        vars.extend_from_slice(env);
+        Host::spawn(&args, &vars)
     }
 
     pub async fn produce(&self, records: Vec<OutgoingRecord>) -> Vec<(i32, i64)> {
@@ -125,4 +134,75 @@ impl Stage {
         .expect("task")
         .expect("committed offsets")
     }
+
+    /// Every record now in partition 0 of `topic`, read without a group.
+    pub async fn read_partition(&self, topic: &str) -> Vec<ReadRecord> {
+        let (brokers, topic) = (self.broker.bootstrap().to_string(), topic.to_string());
+        tokio::task::spawn_blocking(move || read_partition(&brokers, &topic))
+            .await
+            .expect("task")
+    }
+}
+
+/// A record read back from a topic.
+#[derive(Debug, Clone)]
+pub struct ReadRecord {
+    pub offset: i64,
+    pub key: Option<Vec<u8>>,
+    pub headers: Vec<(String, Option<Vec<u8>>)>,
+    pub payload: Vec<u8>,
+}
+
+impl ReadRecord {
+    /// The value of the first header named `key`, as text.
+    pub fn header(&self, key: &str) -> Option<String> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k == key)
+            .and_then(|(_, v)| v.as_deref())
+            .map(|v| String::from_utf8_lossy(v).into_owned())
+    }
+}
+
+fn read_partition(brokers: &str, topic: &str) -> Vec<ReadRecord> {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    use rdkafka::message::{Headers, Message};
+    let end = kafka::high_watermarks(brokers, topic, 1).expect("watermarks")[0];
+    let consumer: BaseConsumer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set("group.id", "test-reader")
+        .set("enable.auto.commit", "false")
+        .create()
+        .expect("reader");
+    let mut assignment = rdkafka::TopicPartitionList::new();
+    assignment
+        .add_partition_offset(topic, 0, rdkafka::Offset::Beginning)
+        .expect("partition");
+    consumer.assign(&assignment).expect("assign");
+    let mut records = Vec::new();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while records.len() < usize::try_from(end).unwrap_or(0) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "reading {topic} timed out"
+        );
+        let Some(polled) = consumer.poll(std::time::Duration::from_millis(200)) else {
+            continue;
+        };
+        let m = polled.expect("a record");
+        records.push(ReadRecord {
+            offset: m.offset(),
+            key: m.key().map(<[u8]>::to_vec),
+            headers: m
+                .headers()
+                .map(|h| {
+                    h.iter()
+                        .map(|h| (h.key.to_string(), h.value.map(<[u8]>::to_vec)))
+                        .collect()
+                })
+                .unwrap_or_default(),
+            payload: m.payload().map(<[u8]>::to_vec).unwrap_or_default(),
+        });
+    }
+    records
 }

@@ -333,6 +333,12 @@ impl Collector for Sampled {
                 "New plugin versions rejected (the active one kept running).",
                 counts.rejections,
             )?;
+            counter(
+                &mut encoder,
+                "inbox_host_plugin_reload_checks",
+                "Times the plugin file was checked for a new version (a file event or SIGHUP), whatever was found.",
+                counts.checks,
+            )?;
             let mut info = encoder.encode_descriptor(
                 "inbox_host_plugin",
                 "The active plugin version (value 1).",

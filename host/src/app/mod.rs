@@ -2,6 +2,8 @@
 //! the plugin runtime together.
 
 mod database;
+mod dead_letter_topic;
+mod dead_letters;
 mod decide;
 mod dev;
 mod lab;
@@ -12,6 +14,7 @@ mod progress;
 mod retention;
 mod settings;
 mod status;
+mod traces;
 mod worker;
 
 use std::future::Future;
@@ -19,6 +22,7 @@ use std::future::Future;
 use anyhow::Context;
 
 pub(crate) use database::{connect, connect_in};
+pub use dead_letters::dead_letters;
 pub use decide::{decide, Backoff, RetryPolicy, Step};
 pub use dev::dev;
 pub use lab::{lab, LabRow};
@@ -26,10 +30,12 @@ pub use metrics::Metrics;
 pub use native_billing::NativeBilling;
 pub use pipeline::{Delivery, HandlerSource, Pipeline, PipelineLimits, StopWhen, Verdict};
 pub use settings::RunSettings;
+pub use traces::Traces;
 
 use crate::inbox::{self, Runner};
 use crate::kafka::Consumer;
 use crate::plugin::{Plugin, PluginCell, Runtime, Watcher};
+use dead_letter_topic::DeadLetterTopic;
 
 /// Runs `inbox-host` with a plugin until `shutdown` resolves.
 ///
@@ -46,6 +52,8 @@ pub async fn run(settings: RunSettings, shutdown: impl Future<Output = ()>) -> a
         runtime,
         plugin,
         status,
+        traces,
+        dead_letter_topic,
     } = preflight(&settings).await?;
     let cell = PluginCell::new(plugin);
     let metrics = std::sync::Arc::new(Metrics::default());
@@ -109,8 +117,14 @@ pub async fn run(settings: RunSettings, shutdown: impl Future<Output = ()>) -> a
         limits: settings.limits.clone(),
         observer: None,
         metrics: Some(metrics),
+        traces: traces.clone(),
+        dead_letter_topic,
     };
-    pipeline.run(shutdown, StopWhen::default()).await?;
+    let ran = pipeline.run(shutdown, StopWhen::default()).await;
+    if let Some(traces) = traces {
+        tokio::task::spawn_blocking(move || traces.shutdown()).await?;
+    }
+    ran?;
     tracing::info!("stopped: batches in flight finished, stored offsets committed, group left");
     Ok(())
 }
@@ -147,13 +161,16 @@ struct Preflight {
     runtime: Runtime,
     plugin: Plugin,
     status: Option<tokio::net::TcpListener>,
+    traces: Option<std::sync::Arc<Traces>>,
+    dead_letter_topic: Option<DeadLetterTopic>,
 }
 
 /// The checks that need no connection, all of them, with every problem in one
 /// error.
 async fn preflight(settings: &RunSettings) -> anyhow::Result<Preflight> {
     let mut problems = Vec::new();
-    let runtime = Runtime::new(settings.sandbox.clone())?;
+    let runtime =
+        Runtime::with_compile_cache(settings.sandbox.clone(), settings.compile_cache.as_deref())?;
     let plugin = load_plugin(&runtime, &settings.plugin)
         .await
         .map_err(|e| problems.push(format!("{e:#}")))
@@ -170,11 +187,24 @@ async fn preflight(settings: &RunSettings) -> anyhow::Result<Preflight> {
             "the Kafka configuration (--kafka-opt) is invalid: {e}"
         ));
     }
+    let traces = Traces::from_env(&settings.runner.group)
+        .map_err(|e| problems.push(format!("{e:#}")))
+        .ok()
+        .flatten()
+        .map(std::sync::Arc::new);
+    let dead_letter_topic = settings.dead_letter_topic.as_ref().and_then(|topic| {
+        crate::kafka::Publisher::new(&settings.consumer.brokers, &settings.consumer.extra)
+            .map(|publisher| DeadLetterTopic::new(topic.clone(), publisher))
+            .map_err(|e| problems.push(format!("the dead-letter producer: {e}")))
+            .ok()
+    });
     match plugin {
         Some(plugin) if problems.is_empty() => Ok(Preflight {
             runtime,
             plugin,
             status,
+            traces,
+            dead_letter_topic,
         }),
         _ => anyhow::bail!("{}", problems.join("\n  ")),
     }
@@ -204,9 +234,13 @@ pub async fn migrate(database_url: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Validates a plugin offline; returns its digest.
-pub async fn check(path: &std::path::Path) -> anyhow::Result<String> {
-    let runtime = Runtime::new(Default::default())?;
+/// Validates a plugin offline (leaving it compiled in `compile_cache`);
+/// returns its digest.
+pub async fn check(
+    path: &std::path::Path,
+    compile_cache: Option<&std::path::Path>,
+) -> anyhow::Result<String> {
+    let runtime = Runtime::with_compile_cache(Default::default(), compile_cache)?;
     let plugin = load_plugin(&runtime, path).await?;
     Ok(plugin.digest().to_string())
 }

@@ -11,6 +11,7 @@ use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
+use super::dead_letter_topic::DeadLetterTopic;
 use super::decide::RetryPolicy;
 use super::worker::{Shared, Worker};
 use crate::inbox::{Handler, Message, Outcome, Runner};
@@ -110,6 +111,10 @@ pub struct Pipeline<S> {
     pub limits: PipelineLimits,
     pub observer: Option<UnboundedSender<Delivery>>,
     pub metrics: Option<Arc<super::Metrics>>,
+    /// Spans per attempt, when an OTLP endpoint is configured.
+    pub traces: Option<Arc<super::Traces>>,
+    /// Where set-aside records are published too.
+    pub dead_letter_topic: Option<DeadLetterTopic>,
 }
 
 const CAUGHT_UP_POLL: Duration = Duration::from_millis(250);
@@ -130,6 +135,8 @@ impl<S: HandlerSource> Pipeline<S> {
             limits: PipelineLimits::default(),
             observer: Some(observer),
             metrics: None,
+            traces: None,
+            dead_letter_topic: None,
         };
         (pipeline, deliveries)
     }
@@ -150,6 +157,8 @@ impl<S: HandlerSource> Pipeline<S> {
             limits,
             observer,
             metrics,
+            traces,
+            dead_letter_topic,
         } = self;
         let watched = observer.is_some() || stop.after_deliveries.is_some();
         let (deliveries_tx, mut deliveries) = tokio::sync::mpsc::unbounded_channel();
@@ -159,6 +168,8 @@ impl<S: HandlerSource> Pipeline<S> {
             permits: Semaphore::new(limits.concurrency.max(1)),
             limits,
             metrics,
+            traces,
+            dead_letter_topic,
             deliveries: watched.then_some(deliveries_tx),
             budget: stop.after_deliveries.map(std::sync::atomic::AtomicU64::new),
         });

@@ -36,6 +36,10 @@ pub struct RunSettings {
     pub migrate: bool,
     /// How long inbox rows are kept; `None` keeps them forever.
     pub inbox_retention: Option<Duration>,
+    /// Where compiled plugins are cached; `None`: compiled on every load.
+    pub compile_cache: Option<PathBuf>,
+    /// Where set-aside records are published too.
+    pub dead_letter_topic: Option<String>,
 }
 
 impl RunSettings {
@@ -77,6 +81,14 @@ impl RunSettings {
                     .to_string(),
             );
         }
+        if let Some(dlt) = args.dead_letter_topic.as_deref() {
+            if topics.iter().any(|t| t == dlt) {
+                problems.push(format!(
+                    "--dead-letter-topic {dlt} is also a topic this group consumes: \
+                     set-aside records would come back; name another topic"
+                ));
+            }
+        }
         let database_url = args.database.database_url.clone().unwrap_or_default();
         if args.database.database_url.is_none() {
             problems.push("DATABASE_URL is not set: pass --database-url postgres://... or export DATABASE_URL".to_string());
@@ -91,15 +103,10 @@ impl RunSettings {
             }
             (StrategyArg::ExactlyOnceInbox, _) => Strategy::ExactlyOnceInbox,
         };
-        let mut extra = Vec::new();
-        for option in args.kafka_opts.iter().filter(|o| !o.trim().is_empty()) {
-            match option.split_once('=') {
-                Some((k, v)) => extra.push((k.trim().to_string(), v.trim().to_string())),
-                None => problems.push(format!(
-                    "--kafka-opt `{option}` is not key=value (e.g. --kafka-opt security.protocol=ssl)"
-                )),
-            }
-        }
+        let extra = kafka_options(&args.kafka_opts).unwrap_or_else(|bad| {
+            problems.extend(bad);
+            Vec::new()
+        });
         if let Err(refused) = kafka::check_extra(&extra) {
             problems.push(refused);
         }
@@ -186,6 +193,11 @@ impl RunSettings {
             },
             status_addr: args.status_addr.filter(|a| !a.trim().is_empty()),
             stall_after: Duration::from_secs(args.stall_after_secs.max(1)),
+            compile_cache: args.compile_cache.dir(),
+            dead_letter_topic: args
+                .dead_letter_topic
+                .clone()
+                .filter(|t| !t.trim().is_empty()),
             db_pool_size: args.db_pool_size,
             connect_timeout: Duration::from_secs(args.connect_timeout_secs),
             migrate: args.migrate && !args.no_migrate,
@@ -203,4 +215,22 @@ pub fn default_worker_id() -> String {
         gethostname::gethostname().to_string_lossy(),
         std::process::id()
     )
+}
+
+/// `--kafka-opt key=value` options as pairs, or what is wrong with each bad one.
+pub(super) fn kafka_options(options: &[String]) -> Result<Vec<(String, String)>, Vec<String>> {
+    let (mut pairs, mut bad) = (Vec::new(), Vec::new());
+    for option in options.iter().filter(|o| !o.trim().is_empty()) {
+        match option.split_once('=') {
+            Some((k, v)) => pairs.push((k.trim().to_string(), v.trim().to_string())),
+            None => bad.push(format!(
+                "--kafka-opt `{option}` is not key=value (e.g. --kafka-opt security.protocol=ssl)"
+            )),
+        }
+    }
+    if bad.is_empty() {
+        Ok(pairs)
+    } else {
+        Err(bad)
+    }
 }

@@ -6,17 +6,19 @@
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use tokio::sync::mpsc::UnboundedSender;
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
+use super::dead_letter_topic::DeadLetterTopic;
 use super::decide::{self, Step};
 use super::pipeline::{Delivery, HandlerSource, PipelineLimits, Verdict};
 use super::progress::Tracked;
-use super::Metrics;
-use crate::inbox::{self, DeadLetter, Message, Outcome, Runner};
+use super::traces::Attempt;
+use super::{Metrics, Traces};
+use crate::inbox::{self, DeadLetter, Handler, Message, Outcome, Runner};
 use crate::kafka::{PartitionStream, Record};
 
 /// What every worker of a pipeline shares.
@@ -27,6 +29,9 @@ pub(super) struct Shared<S> {
     /// Batches in flight at once, across partitions (`--concurrency`).
     pub permits: Semaphore,
     pub metrics: Option<Arc<Metrics>>,
+    pub traces: Option<Arc<Traces>>,
+    /// Where set-aside records are published too (`--dead-letter-topic`).
+    pub dead_letter_topic: Option<DeadLetterTopic>,
     pub deliveries: Option<UnboundedSender<Delivery>>,
     /// Deliveries left before the pipeline stops (`StopWhen::after_deliveries`):
     /// no worker starts a batch past it.
@@ -60,6 +65,10 @@ pub(super) struct Worker<S> {
     /// Failed attempts of the record at the head, this run (the attempts table
     /// holds the count across restarts).
     attempts: u32,
+    /// When the attempt in hand started, and on which handler version (for
+    /// spans and dead letters).
+    started: SystemTime,
+    plugin: String,
 }
 
 impl<S: HandlerSource> Worker<S> {
@@ -74,6 +83,8 @@ impl<S: HandlerSource> Worker<S> {
             shared,
             pending: VecDeque::new(),
             attempts: 0,
+            started: SystemTime::UNIX_EPOCH,
+            plugin: String::new(),
         }
     }
 
@@ -140,7 +151,8 @@ impl<S: HandlerSource> Worker<S> {
     async fn handle_head(&mut self, want: usize) -> Option<Duration> {
         let head = self.pending.pop_front()?;
         if let Some(why) = head.unusable.clone() {
-            if self.set_aside(&head.message, None, why, "unusable").await {
+            self.started = SystemTime::now();
+            if self.set_aside(&head, None, why, "unusable").await {
                 self.acknowledge(head.message.offset);
                 self.attempts = 0;
                 return None;
@@ -157,9 +169,7 @@ impl<S: HandlerSource> Worker<S> {
             .count();
         // Taken out while in flight (moved, not copied); what is not done goes back.
         let batch: Vec<Pending> = self.pending.drain(..usable).collect();
-        let messages: Vec<&Message> = batch.iter().map(|p| &p.message).collect();
-        let (done, retry) = self.run_batch(&messages).await;
-        drop(messages);
+        let (done, retry) = self.run_batch(&batch).await;
         if let Some(metrics) = &self.shared.metrics {
             for pending in &batch[..done] {
                 metrics.committed_record(pending.timestamp_ms);
@@ -181,8 +191,8 @@ impl<S: HandlerSource> Worker<S> {
 
     /// Runs one batch through the runner and acts on the outcomes; returns how
     /// many records at its start are done, and the delay before a retry.
-    async fn run_batch(&mut self, messages: &[&Message]) -> (usize, Option<Duration>) {
-        let Some(last) = messages.last().map(|m| m.offset) else {
+    async fn run_batch(&mut self, batch: &[Pending]) -> (usize, Option<Duration>) {
+        let Some(last) = batch.last().map(|p| p.message.offset) else {
             return (0, None);
         };
         let strategy = self.shared.runner.settings().strategy;
@@ -197,20 +207,24 @@ impl<S: HandlerSource> Worker<S> {
             }
         }
         let handler = shared.source.current();
+        self.started = SystemTime::now();
+        self.plugin.clear();
+        self.plugin.push_str(handler.version());
         let started = std::time::Instant::now();
-        let outcomes = shared.runner.process_batch(messages, &*handler).await;
+        let messages: Vec<&Message> = batch.iter().map(|p| &p.message).collect();
+        let outcomes = shared.runner.process_batch(&messages, &*handler).await;
         if let Some(metrics) = &shared.metrics {
             metrics.transaction(messages.len(), started.elapsed());
         }
         drop(handler);
-        self.conclude(messages, outcomes).await
+        self.conclude(batch, outcomes).await
     }
 
     /// Acts on each outcome: the committed ones are done, the last one (if it
     /// did not commit) gets the step [`decide::decide`] gives it.
     async fn conclude(
         &mut self,
-        messages: &[&Message],
+        batch: &[Pending],
         outcomes: Vec<Outcome>,
     ) -> (usize, Option<Duration>) {
         let strategy = self.shared.runner.settings().strategy;
@@ -222,11 +236,12 @@ impl<S: HandlerSource> Worker<S> {
         if duplicates > 0 {
             tracing::info!(
                 duplicates,
-                from_offset = messages[0].offset,
+                from_offset = batch[0].message.offset,
                 "duplicates: already in the inbox; handler not run, offsets stored"
             );
         }
-        for (message, outcome) in messages.iter().zip(outcomes) {
+        for (pending, outcome) in batch.iter().zip(outcomes) {
+            let message = &pending.message;
             if outcome.committed() {
                 done += 1;
                 tracing::debug!(offset = message.offset, message_id = %message.message_id, outcome = outcome.label(), "done");
@@ -258,7 +273,7 @@ impl<S: HandlerSource> Worker<S> {
                         Outcome::Failed(e) => e.kind.as_str(),
                         _ => "locked",
                     };
-                    if !self.set_aside(message, id, why, kind).await {
+                    if !self.set_aside(pending, id, why, kind).await {
                         return (done, Some(self.retry_delay()));
                     }
                     done += 1;
@@ -308,44 +323,63 @@ impl<S: HandlerSource> Worker<S> {
         self.attempts
     }
 
-    /// Records the whole record in `inbox_host.dead_letters`; returns whether it
-    /// was written (if not, the record is retried, never skipped).
+    /// Records the whole record in `inbox_host.dead_letters` and, with
+    /// `--dead-letter-topic`, publishes it there; returns whether both were
+    /// done (if not, the record is retried, never skipped, and its offset is
+    /// not stored). The row goes first: writing it again is a no-op, so a
+    /// retry after a failed publish adds no second row.
     async fn set_aside(
         &self,
-        message: &Message,
+        pending: &Pending,
         id: Option<&str>,
         why: String,
         kind: &'static str,
     ) -> bool {
         let settings = self.shared.runner.settings();
+        let message = &pending.message;
+        let ran = pending.unusable.is_none();
         let letter = DeadLetter {
             group: &settings.group,
             worker_id: &settings.worker_id,
             message,
             message_id: id,
             reason: &why,
+            kind,
+            attempts: if ran { self.attempts } else { 0 },
+            plugin_digest: Some(self.plugin.as_str()).filter(|d| ran && !d.is_empty()),
+            timestamp_ms: pending.timestamp_ms,
         };
-        match inbox::dead_letter(self.shared.runner.pool(), &letter).await {
-            Ok(()) => {
-                tracing::error!(
-                    topic = %message.topic, partition = message.partition, offset = message.offset,
-                    reason = %why,
-                    "message set aside in inbox_host.dead_letters (not handled; original key, headers and payload kept)"
-                );
-                if let Some(metrics) = &self.shared.metrics {
-                    metrics.dead_letter(kind);
-                }
-                self.report(message, Verdict::SetAside(why), true);
-                true
-            }
-            Err(e) => {
-                tracing::error!(reason = %why, error = %e, "could not record dead letter; retrying the record");
-                false
+        if let Err(e) = inbox::dead_letter(self.shared.runner.pool(), &letter).await {
+            tracing::error!(reason = %why, error = %e, "could not record dead letter; retrying the record");
+            return false;
+        }
+        if let Some(topic) = &self.shared.dead_letter_topic {
+            if let Err(e) = topic.publish(&letter).await {
+                tracing::error!(reason = %why, dead_letter_topic = topic.name(), error = %e,
+                    "could not publish the dead letter; retrying the record (its offset is not stored)");
+                return false;
             }
         }
+        tracing::error!(
+            topic = %message.topic, partition = message.partition, offset = message.offset,
+            reason = %why,
+            "message set aside in inbox_host.dead_letters (not handled; original key, headers and payload kept)"
+        );
+        if let Some(metrics) = &self.shared.metrics {
+            metrics.dead_letter(kind);
+        }
+        self.report(message, Verdict::SetAside(why), true);
+        true
     }
 
     fn report(&self, message: &Message, verdict: Verdict, committed: bool) {
+        if let Some(traces) = &self.shared.traces {
+            let attempt = Attempt {
+                started: self.started,
+                plugin: &self.plugin,
+            };
+            traces.attempt(message, &attempt, &verdict);
+        }
         if let Some(left) = &self.shared.budget {
             let _ = left.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
         }

@@ -5,6 +5,7 @@
 //! A message arrives as plain data ([`Message`]); the handler is a trait
 //! ([`Handler`]) that the plugin runtime implements.
 
+mod dead_letters;
 mod handler;
 mod message;
 mod outcome;
@@ -16,6 +17,10 @@ mod session;
 mod store;
 mod strategy;
 
+pub use dead_letters::{
+    claim_for_redrive, dead_letter, letter_ids, list_letters, show_letter, DeadLetter, LetterError,
+    LetterFilter, LetterSummary, RedriveClaim, StoredLetter,
+};
 pub use handler::{storable_text, Handler, HandlerError, Tx, MAX_FAILURE_TEXT};
 pub use message::{Header, Message};
 pub use outcome::{FailureKind, Outcome};
@@ -24,5 +29,5 @@ pub use rights::{check_rights, RUNTIME_RIGHTS};
 pub use runner::{Runner, RunnerSettings};
 pub use schema::{apply_example_tables, migrate};
 pub use session::{ensure_guest_role, pool_options, DEFAULT_GUEST_ROLE};
-pub use store::{dead_letter, record_failure, DeadLetter};
+pub use store::record_failure;
 pub use strategy::{CommitOn, Strategy};

@@ -178,68 +178,6 @@ pub(super) async fn transaction_state(
     })
 }
 
-/// A message the host sets aside instead of handling, kept whole for replay.
-pub struct DeadLetter<'a> {
-    pub group: &'a str,
-    pub worker_id: &'a str,
-    pub message: &'a Message,
-    pub message_id: Option<&'a str>,
-    pub reason: &'a str,
-}
-
-/// Records a dead letter in its own transaction. Idempotent per record
-/// (group, topic, partition, offset), so a redelivery does not add a second row.
-pub async fn dead_letter(pool: &PgPool, letter: &DeadLetter<'_>) -> Result<(), sqlx::Error> {
-    let m = letter.message;
-    let headers: Vec<serde_json::Value> = m.headers.iter().map(header_json).collect();
-    sqlx::query(
-        "INSERT INTO inbox_host.dead_letters
-             (consumer_group, topic, kafka_partition, kafka_offset, message_id, reason,
-              record_key, headers, payload, worker_id)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
-         ON CONFLICT (consumer_group, topic, kafka_partition, kafka_offset) DO NOTHING",
-    )
-    .bind(letter.group)
-    .bind(&m.topic)
-    .bind(m.partition)
-    .bind(m.offset)
-    .bind(letter.message_id)
-    .bind(super::storable_text(letter.reason, super::MAX_FAILURE_TEXT))
-    .bind(m.key.as_deref())
-    .bind(sqlx::types::Json(headers))
-    .bind(&m.payload)
-    .bind(letter.worker_id)
-    .execute(pool)
-    .await?;
-    Ok(())
-}
-
-/// A header as JSON, losslessly: `key` and `value` hold text (`value` may be
-/// null); text `jsonb` cannot hold (not UTF-8, or a NUL byte) is kept as
-/// `key_hex`/`value_hex` instead, so a hostile header can never stop the row.
-fn header_json(header: &super::Header) -> serde_json::Value {
-    let mut json = serde_json::Map::new();
-    if header.key.contains('\0') {
-        json.insert("key_hex".into(), hex::encode(&header.key).into());
-    } else {
-        json.insert("key".into(), header.key.clone().into());
-    }
-    match header.value.as_deref() {
-        None => {
-            json.insert("value".into(), serde_json::Value::Null);
-        }
-        Some(bytes) => match std::str::from_utf8(bytes) {
-            Ok(text) if !text.contains('\0') => {
-                json.insert("value".into(), text.into());
-            }
-            _ => {
-                json.insert("value_hex".into(), hex::encode(bytes).into());
-            }
-        },
-    }
-    json.into()
-}
-
 /// Counts one more failed attempt of `message` (in its own transaction); returns
 /// the total so far, across restarts.
 pub async fn record_failure(

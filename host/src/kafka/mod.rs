@@ -12,6 +12,7 @@ mod error;
 mod message_id;
 mod partition;
 mod producer;
+mod publisher;
 mod record;
 
 pub use admin::topic_retention;
@@ -23,6 +24,7 @@ pub use error::{KafkaError, KafkaResult};
 pub use message_id::{IdSource, IdSources};
 pub use partition::{PartitionStream, Watermark};
 pub use producer::{committed_offset, committed_offsets, high_watermarks, produce, OutgoingRecord};
+pub use publisher::{Publication, Publisher};
 pub use record::{Record, RecordHeader};
 
 /// The version of librdkafka linked in (for `--version` and build info).

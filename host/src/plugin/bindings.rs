@@ -8,4 +8,4 @@ wasmtime::component::bindgen!({
 });
 
 pub use inbox::host::db::{DbError, Rows, Value};
-pub use inbox::host::types::Header;
+pub use inbox::host::types::HandlerError as GuestError;

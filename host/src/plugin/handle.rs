@@ -3,8 +3,8 @@
 
 use wasmtime::{Store, Trap, UpdateDeadline};
 
-use super::bindings::{Event, Header};
 use super::db_session::{ConnectionLost, LOGGED_REFUSALS};
+use super::event::{handle_func, EventRef};
 use super::loader::{LoadError, Plugin};
 use super::state::GuestState;
 use crate::inbox::{storable_text, FailureKind, Handler, HandlerError, Message, Tx};
@@ -28,8 +28,16 @@ impl Handler for Plugin {
         let mut store = self.new_store(Some(tx));
         let clock = store.data().clock.clone();
         let call = async {
-            let instance = self.pre.instantiate_async(&mut store).await?;
-            instance.call_handle(&mut store, &event_of(message)).await
+            let instance = self
+                .pre
+                .instance_pre()
+                .instantiate_async(&mut store)
+                .await?;
+            let handle = handle_func(&mut store, &instance, &self.handle_export)?;
+            let (returned,) = handle
+                .call_async(&mut store, (EventRef::of(message),))
+                .await?;
+            Ok(returned)
         };
         // The epoch stops a guest running wasm; a guest blocked in a host call
         // (a WASI sleep) is stopped here, its call dropped.
@@ -79,11 +87,18 @@ impl Plugin {
     /// `inbox-host check` and a hot swap do before accepting a new version.
     pub async fn check_instantiation(&self) -> Result<(), LoadError> {
         let mut store = self.new_store(None);
-        self.pre
+        let instance = self
+            .pre
+            .instance_pre()
             .instantiate_async(&mut store)
             .await
-            .map(drop)
             .map_err(|e| LoadError::Instantiate {
+                path: self.name.clone(),
+                reason: format!("{e:#}"),
+            })?;
+        handle_func(&mut store, &instance, &self.handle_export)
+            .map(drop)
+            .map_err(|e| LoadError::WrongWorld {
                 path: self.name.clone(),
                 reason: format!("{e:#}"),
             })
@@ -144,25 +159,6 @@ impl Plugin {
             tracing::warn!(plugin = %self.name, message_id = %message.message_id,
                 "guest statement refused: {unlogged_refusals} more refusals in this message not logged");
         }
-    }
-}
-
-fn event_of(message: &Message) -> Event {
-    Event {
-        message_id: message.message_id.clone(),
-        topic: message.topic.clone(),
-        partition: message.partition,
-        offset: message.offset,
-        key: message.key.clone(),
-        headers: message
-            .headers
-            .iter()
-            .map(|h| Header {
-                key: h.key.clone(),
-                value: h.value.clone(),
-            })
-            .collect(),
-        payload: message.payload.clone(),
     }
 }
 

@@ -1,7 +1,7 @@
 use std::path::Path;
 
 use sha2::{Digest, Sha256};
-use wasmtime::component::Component;
+use wasmtime::component::{Component, ComponentExportIndex};
 
 use super::bindings::HandlerPre;
 use super::runtime::Runtime;
@@ -35,6 +35,8 @@ pub struct Plugin {
     pub(super) name: String,
     pub(super) digest: String,
     pub(super) pre: HandlerPre<GuestState>,
+    /// The `handle` export, called with an event borrowed from the message.
+    pub(super) handle_export: ComponentExportIndex,
     pub(super) runtime: Runtime,
 }
 
@@ -99,10 +101,18 @@ impl Plugin {
             path: path.clone(),
             reason: format!("{e:#}"),
         })?;
+        let handle_export =
+            component
+                .get_export_index(None, "handle")
+                .ok_or_else(|| LoadError::WrongWorld {
+                    path: path.clone(),
+                    reason: "no `handle` export".into(),
+                })?;
         Ok(Self {
             name: name.to_string(),
             digest: digest_of(bytes),
             pre,
+            handle_export,
             runtime: runtime.clone(),
         })
     }

@@ -8,6 +8,7 @@ mod bindings;
 mod clock;
 mod db_session;
 mod db_values;
+mod event;
 mod handle;
 mod limits;
 mod loader;

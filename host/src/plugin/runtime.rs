@@ -1,13 +1,17 @@
 //! The shared wasmtime engine, its instance pool and the linker every plugin
 //! is instantiated with.
 
+use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
 
 use wasmtime::component::{HasSelf, Linker};
-use wasmtime::{Config, Enabled, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
+use wasmtime::{
+    Cache, CacheConfig, Config, Enabled, Engine, InstanceAllocationStrategy,
+    PoolingAllocationConfig,
+};
 
 use super::bindings::Handler;
 use super::limits::{SandboxLimits, EPOCH_TICK, MAX_TABLE_ELEMENTS};
@@ -27,8 +31,33 @@ pub struct Runtime {
 }
 
 impl Runtime {
+    /// A runtime that compiles every plugin it loads.
     pub fn new(limits: SandboxLimits) -> anyhow::Result<Self> {
+        Self::build(limits, None)
+    }
+
+    /// A runtime that keeps compiled plugins in `dir` (if given), by content
+    /// (and engine version and settings): loading a plugin compiled before, by
+    /// this or another process, reads native code instead of compiling. The
+    /// cache holds native code the host runs, so only the host's user may write
+    /// `dir`. A directory that cannot be used is reported and the runtime compiles.
+    pub fn with_compile_cache(limits: SandboxLimits, dir: Option<&Path>) -> anyhow::Result<Self> {
+        let cache = dir.and_then(|dir| {
+            let mut config = CacheConfig::new();
+            config.with_directory(dir);
+            Cache::new(config)
+                .map_err(|e| {
+                    tracing::warn!(dir = %dir.display(), error = %format!("{e:#}"),
+                        "compile cache unusable; plugins are compiled on every load");
+                })
+                .ok()
+        });
+        Self::build(limits, cache)
+    }
+
+    fn build(limits: SandboxLimits, cache: Option<Cache>) -> anyhow::Result<Self> {
         let mut config = Config::new();
+        config.cache(cache);
         config
             .wasm_component_model(true)
             .epoch_interruption(true)

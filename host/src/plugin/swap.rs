@@ -19,13 +19,16 @@ pub struct PluginCell {
     current: Arc<RwLock<Arc<Plugin>>>,
     swaps: Arc<AtomicU64>,
     rejections: Arc<AtomicU64>,
+    checks: Arc<AtomicU64>,
 }
 
-/// How often the plugin was replaced, and new versions were rejected.
+/// How often the plugin was replaced, new versions were rejected, and the
+/// file was checked for a new version (on a file event or SIGHUP).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SwapCounts {
     pub swaps: u64,
     pub rejections: u64,
+    pub checks: u64,
 }
 
 impl PluginCell {
@@ -34,6 +37,7 @@ impl PluginCell {
             current: Arc::new(RwLock::new(Arc::new(plugin))),
             swaps: Arc::default(),
             rejections: Arc::default(),
+            checks: Arc::default(),
         }
     }
 
@@ -41,6 +45,7 @@ impl PluginCell {
         SwapCounts {
             swaps: self.swaps.load(Ordering::Relaxed),
             rejections: self.rejections.load(Ordering::Relaxed),
+            checks: self.checks.load(Ordering::Relaxed),
         }
     }
 
@@ -127,8 +132,14 @@ impl Watcher {
     }
 
     /// Loads the file if its digest differs from the active version's (and
-    /// from the last version rejected, which is reported once).
+    /// from the last version rejected, which is reported once); counted once
+    /// the check is over, whatever it found.
     pub async fn reload_if_changed(&mut self) {
+        self.check_file().await;
+        self.cell.checks.fetch_add(1, Ordering::Relaxed);
+    }
+
+    async fn check_file(&mut self) {
         let path = self.path.clone();
         let Ok(Ok(bytes)) = tokio::task::spawn_blocking(move || std::fs::read(path)).await else {
             tracing::warn!(plugin = %self.path.display(), "plugin file unreadable (mid-deploy?); keeping the active version");

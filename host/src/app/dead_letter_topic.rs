@@ -1,0 +1,73 @@
+//! `--dead-letter-topic`: a set-aside record is published there for the rest
+//! of a Kafka estate, with its original key, value and headers, and headers
+//! saying where it came from and why it was set aside. Header names follow
+//! Spring Kafka's `kafka_dlt-*` where one exists (values are UTF-8 text here,
+//! where Spring writes partition, offset and timestamp as big-endian binary).
+
+use crate::inbox::DeadLetter;
+use crate::kafka::{KafkaResult, Publication, Publisher};
+
+/// The topic and its producer.
+pub struct DeadLetterTopic {
+    name: String,
+    publisher: Publisher,
+}
+
+/// The diagnostic headers added to every dead letter, in order.
+pub const HEADERS: [&str; 10] = [
+    "kafka_dlt-original-topic",
+    "kafka_dlt-original-partition",
+    "kafka_dlt-original-offset",
+    "kafka_dlt-original-timestamp",
+    "kafka_dlt-original-consumer-group",
+    "kafka_dlt-exception-message",
+    "kafka_dlt-exception-fqcn",
+    "inbox_host-attempts",
+    "inbox_host-plugin-digest",
+    "inbox_host-message-id",
+];
+
+impl DeadLetterTopic {
+    pub fn new(name: String, publisher: Publisher) -> Self {
+        Self { name, publisher }
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Publishes `letter` and waits for the brokers' acknowledgement.
+    pub async fn publish(&self, letter: &DeadLetter<'_>) -> KafkaResult<()> {
+        let message = letter.message;
+        let values: [Option<String>; 10] = [
+            Some(message.topic.clone()),
+            Some(message.partition.to_string()),
+            Some(message.offset.to_string()),
+            letter.timestamp_ms.map(|ms| ms.to_string()),
+            Some(letter.group.to_string()),
+            Some(letter.reason.to_string()),
+            Some(letter.kind.to_string()),
+            Some(letter.attempts.to_string()),
+            letter.plugin_digest.map(str::to_string),
+            letter.message_id.map(str::to_string),
+        ];
+        let mut headers: Vec<(&str, Option<&[u8]>)> = message
+            .headers
+            .iter()
+            .map(|h| (h.key.as_str(), h.value.as_deref()))
+            .collect();
+        headers.extend(
+            HEADERS
+                .iter()
+                .zip(&values)
+                .filter_map(|(key, value)| Some((*key, Some(value.as_deref()?.as_bytes())))),
+        );
+        let publication = Publication {
+            topic: &self.name,
+            key: message.key.as_deref(),
+            headers: &headers,
+            payload: &message.payload,
+        };
+        self.publisher.publish(&publication).await.map(drop)
+    }
+}
