@@ -107,6 +107,14 @@ async fn a_fatal_record_is_published_with_its_headers_listed_shown_and_redriven_
         (&"letter".into(), &"handler-error".into(), &3.into())
     );
     let id = row["id"].as_i64().expect("id").to_string();
+    for (filter, matches) in [
+        (&["--reason", "DIVISION BY ZERO", "--since", "1h"][..], 1),
+        (&["--reason", "no such reason"][..], 0),
+        (&["--topic", "another-topic"][..], 0),
+    ] {
+        let listed = json(&cli(&[&["list", "--json"], filter].concat()));
+        assert_eq!(listed["total"], matches, "{filter:?}: {listed}");
+    }
     let shown = json(&cli(&["show", &id, "--json"]));
     assert_eq!(shown["payload"]["text"], GATED);
     assert_eq!(shown["headers"][1]["key"], "origin");

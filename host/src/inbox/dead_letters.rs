@@ -3,7 +3,7 @@
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
-use sqlx::{PgPool, Postgres, Transaction};
+use sqlx::{PgPool, Postgres, QueryBuilder, Transaction};
 
 use super::{Header, Message};
 
@@ -154,11 +154,34 @@ const SUMMARY_COLUMNS: &str = "id, consumer_group, topic, kafka_partition, kafka
      message_id, reason, failure_kind, attempts, plugin_digest, record_timestamp, recorded_at, \
      redrives, redriven_at, redriven_by, redriven_to";
 
-const FILTER: &str = "($1::text IS NULL OR consumer_group = $1)
-       AND ($2::text IS NULL OR topic = $2)
-       AND ($3::text IS NULL OR strpos(lower(reason), lower($3)) > 0)
-       AND ($4::timestamptz IS NULL OR recorded_at >= $4)
-       AND ($5 OR redrives = 0)";
+/// `SELECT <what> FROM inbox_host.dead_letters WHERE <filter>`, each filter
+/// value bound, never spliced into the text.
+fn matching(what: &str, filter: &LetterFilter) -> QueryBuilder<'static, Postgres> {
+    let mut query = QueryBuilder::new(format!(
+        "SELECT {what} FROM inbox_host.dead_letters WHERE true"
+    ));
+    if let Some(group) = &filter.group {
+        query
+            .push(" AND consumer_group = ")
+            .push_bind(group.clone());
+    }
+    if let Some(topic) = &filter.topic {
+        query.push(" AND topic = ").push_bind(topic.clone());
+    }
+    if let Some(reason) = &filter.reason {
+        query
+            .push(" AND strpos(lower(reason), lower(")
+            .push_bind(reason.clone())
+            .push(")) > 0");
+    }
+    if let Some(since) = filter.since {
+        query.push(" AND recorded_at >= ").push_bind(since);
+    }
+    if !filter.redriven {
+        query.push(" AND redrives = 0");
+    }
+    query
+}
 
 /// The letters matching `filter`, oldest first, at most `limit`, and how many match in all.
 pub async fn list_letters(
@@ -166,42 +189,21 @@ pub async fn list_letters(
     filter: &LetterFilter,
     limit: i64,
 ) -> Result<(Vec<LetterSummary>, i64), sqlx::Error> {
-    let letters = sqlx::query_as(&format!(
-        "SELECT {SUMMARY_COLUMNS} FROM inbox_host.dead_letters WHERE {FILTER} ORDER BY id LIMIT $6"
-    ))
-    .bind(&filter.group)
-    .bind(&filter.topic)
-    .bind(&filter.reason)
-    .bind(filter.since)
-    .bind(filter.redriven)
-    .bind(limit)
-    .fetch_all(pool)
-    .await?;
-    let total = sqlx::query_scalar(&format!(
-        "SELECT count(*) FROM inbox_host.dead_letters WHERE {FILTER}"
-    ))
-    .bind(&filter.group)
-    .bind(&filter.topic)
-    .bind(&filter.reason)
-    .bind(filter.since)
-    .bind(filter.redriven)
-    .fetch_one(pool)
-    .await?;
+    let mut page = matching(SUMMARY_COLUMNS, filter);
+    page.push(" ORDER BY id LIMIT ").push_bind(limit);
+    let letters = page.build_query_as().fetch_all(pool).await?;
+    let total = matching("count(*)", filter)
+        .build_query_scalar()
+        .fetch_one(pool)
+        .await?;
     Ok((letters, total))
 }
 
 /// The ids of the letters matching `filter`, oldest first.
 pub async fn letter_ids(pool: &PgPool, filter: &LetterFilter) -> Result<Vec<i64>, sqlx::Error> {
-    sqlx::query_scalar(&format!(
-        "SELECT id FROM inbox_host.dead_letters WHERE {FILTER} ORDER BY id"
-    ))
-    .bind(&filter.group)
-    .bind(&filter.topic)
-    .bind(&filter.reason)
-    .bind(filter.since)
-    .bind(filter.redriven)
-    .fetch_all(pool)
-    .await
+    let mut ids = matching("id", filter);
+    ids.push(" ORDER BY id");
+    ids.build_query_scalar().fetch_all(pool).await
 }
 
 /// One letter with its record; `Ok(None)` when no letter has this id.
