@@ -57,6 +57,61 @@ pub enum Command {
     /// List, inspect and redrive dead letters: records set aside instead of
     /// handled (inbox_host.dead_letters).
     DeadLetters(DeadLettersArgs),
+    /// Try a plugin version on the group's recent records without risk: each
+    /// record runs in a transaction that is always rolled back, outside the
+    /// group (no offset committed), beside what the live version did with it.
+    /// Exits non-zero when the new version fails records the live one processed.
+    Shadow(ShadowArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ShadowArgs {
+    /// The plugin version to try.
+    #[arg(long)]
+    pub plugin: PathBuf,
+    /// The live consumer group whose records and inbox it is compared with.
+    #[arg(long, env = "INBOX_GROUP")]
+    pub group: String,
+    /// The group's topics (repeat, or comma-separate in INBOX_TOPIC).
+    #[arg(
+        long = "topic",
+        env = "INBOX_TOPIC",
+        value_delimiter = ',',
+        required = true
+    )]
+    pub topics: Vec<String>,
+    /// Kafka bootstrap servers.
+    #[arg(long, env = "KAFKA_BROKERS", default_value = "localhost:9092")]
+    pub brokers: String,
+    /// librdkafka connection properties, key=value (TLS, SASL), as for `run`.
+    #[arg(long = "kafka-opt", env = "INBOX_KAFKA_OPTS", value_delimiter = ';')]
+    pub kafka_opts: Vec<String>,
+    #[command(flatten)]
+    pub database: DatabaseArgs,
+    /// Where message ids come from, as for `run`.
+    #[arg(
+        long,
+        env = "INBOX_MESSAGE_ID",
+        default_value = "header:message_id,header:event_id,json:event_id,coordinates"
+    )]
+    pub message_id: String,
+    /// The role guest statements run under, as for `run`.
+    #[arg(long, env = "INBOX_GUEST_ROLE", default_value = "inbox_guest")]
+    pub guest_role: String,
+    /// Try the last N records of each partition.
+    #[arg(long, default_value_t = 100, conflicts_with = "from_offset")]
+    pub last: i64,
+    /// Try every record of each partition from this offset on instead.
+    #[arg(long)]
+    pub from_offset: Option<i64>,
+    /// Failure examples to print per failure kind.
+    #[arg(long, default_value_t = 3)]
+    pub examples: usize,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub compile_cache: CompileCacheArg,
 }
 
 #[derive(Debug, Args)]

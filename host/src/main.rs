@@ -45,6 +45,7 @@ async fn main() -> ExitCode {
         // Closing the terminal (SIGHUP) ends `dev` too, so its PostgreSQL goes with it.
         Command::Dev(args) => app::dev(args, shutdown_or_hangup()).await,
         Command::DeadLetters(args) => app::dead_letters(args).await,
+        Command::Shadow(args) => app::shadow(args).await,
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

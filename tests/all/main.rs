@@ -13,5 +13,6 @@ mod outages;
 mod plugin_loading;
 mod sandbox;
 mod security;
+mod shadow;
 mod tls;
 mod traces;

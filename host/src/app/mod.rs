@@ -13,6 +13,7 @@ mod pipeline;
 mod progress;
 mod retention;
 mod settings;
+mod shadow;
 mod status;
 mod traces;
 mod worker;
@@ -30,6 +31,7 @@ pub use metrics::Metrics;
 pub use native_billing::NativeBilling;
 pub use pipeline::{Delivery, HandlerSource, Pipeline, PipelineLimits, StopWhen, Verdict};
 pub use settings::RunSettings;
+pub use shadow::shadow;
 pub use traces::Traces;
 
 use crate::inbox::{self, Runner};

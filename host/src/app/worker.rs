@@ -394,16 +394,28 @@ impl<S: HandlerSource> Worker<S> {
 
 /// Moves a record into the runner's message, noting why the host cannot use it.
 fn pending_of(record: Record, max_message_bytes: usize) -> Pending {
-    let (message_id, mut unusable) = match record.message_id {
+    let timestamp_ms = record.timestamp_ms;
+    let (message, mut unusable) = message_of(record);
+    if unusable.is_none() && message.payload.len() > max_message_bytes {
+        unusable = Some(format!(
+            "payload of {} bytes exceeds --max-message-bytes {max_message_bytes}",
+            message.payload.len()
+        ));
+    }
+    Pending {
+        timestamp_ms,
+        message,
+        unusable,
+    }
+}
+
+/// Moves a record into the runner's message (no field copied), with why it
+/// has no usable message id, if so.
+pub(super) fn message_of(record: Record) -> (Message, Option<String>) {
+    let (message_id, unusable) = match record.message_id {
         Ok(id) => (id, None),
         Err(why) => (String::new(), Some(why)),
     };
-    if unusable.is_none() && record.payload.len() > max_message_bytes {
-        unusable = Some(format!(
-            "payload of {} bytes exceeds --max-message-bytes {max_message_bytes}",
-            record.payload.len()
-        ));
-    }
     let headers = record
         .headers
         .into_iter()
@@ -412,19 +424,16 @@ fn pending_of(record: Record, max_message_bytes: usize) -> Pending {
             value: h.value,
         })
         .collect();
-    Pending {
-        timestamp_ms: record.timestamp_ms,
-        message: Message {
-            message_id,
-            topic: record.topic,
-            partition: record.partition,
-            offset: record.offset,
-            key: record.key,
-            headers,
-            payload: record.payload,
-        },
-        unusable,
-    }
+    let message = Message {
+        message_id,
+        topic: record.topic,
+        partition: record.partition,
+        offset: record.offset,
+        key: record.key,
+        headers,
+        payload: record.payload,
+    };
+    (message, unusable)
 }
 
 fn log_retry(message: &Message, outcome: &Outcome, attempt: u32, delay: Duration) {

@@ -7,6 +7,7 @@
 
 mod dead_letters;
 mod handler;
+mod live;
 mod message;
 mod outcome;
 mod retention;
@@ -22,6 +23,7 @@ pub use dead_letters::{
     LetterFilter, LetterSummary, RedriveClaim, StoredLetter,
 };
 pub use handler::{storable_text, Handler, HandlerError, Tx, MAX_FAILURE_TEXT};
+pub use live::{live_fates, LiveFate};
 pub use message::{Header, Message};
 pub use outcome::{FailureKind, Outcome};
 pub use retention::prune;

@@ -235,6 +235,37 @@ impl Runner {
         }
     }
 
+    /// Runs `handler` for `message` the way [`Runner::process`] would — the
+    /// same transaction limits, guest role, deadline and pre-commit check — and
+    /// always rolls back: what the handler would do, and nothing left behind
+    /// (no inbox row, no attempt, no effect). `Processed` means it would have
+    /// committed.
+    pub async fn rehearse<H: Handler>(&self, message: &Message, handler: &H) -> Outcome {
+        let by = self.claim_by(handler);
+        let rehearsal = async {
+            let mut tx = self.pool.begin().await?;
+            let until = Instant::now() + self.settings.transaction_timeout;
+            let xid = store::begin_plain(&mut tx, &by).await?;
+            let mut tx = match self.run_handler(handler, message, tx, until).await {
+                Ok(tx) => tx,
+                Err(failed) => return Ok(Outcome::Failed(failed.rolled_back().await)),
+            };
+            let outcome = match still_ours(&mut tx, &xid, by.guest_role).await {
+                Ok(()) => Outcome::Processed,
+                Err(broken) => Outcome::Failed(broken),
+            };
+            rollback(tx).await;
+            Ok::<_, sqlx::Error>(outcome)
+        };
+        rehearsal.await.unwrap_or_else(|e| {
+            Outcome::Failed(HandlerError::new(
+                FailureKind::Database,
+                true,
+                format!("database error around the handler: {e}"),
+            ))
+        })
+    }
+
     async fn try_process<H: Handler>(
         &self,
         message: &Message,

@@ -14,6 +14,7 @@ mod partition;
 mod producer;
 mod publisher;
 mod record;
+mod snapshot;
 
 pub use admin::topic_retention;
 pub use consumer::{
@@ -26,6 +27,7 @@ pub use partition::{PartitionStream, Watermark};
 pub use producer::{committed_offset, committed_offsets, high_watermarks, produce, OutgoingRecord};
 pub use publisher::{Publication, Publisher};
 pub use record::{Record, RecordHeader};
+pub use snapshot::{read_recent, Start};
 
 /// The version of librdkafka linked in (for `--version` and build info).
 pub fn librdkafka_version() -> String {

@@ -1,0 +1,226 @@
+//! `inbox-host shadow`: a new plugin version tried on the group's recent
+//! records, each in a transaction that is always rolled back, outside the
+//! group, and compared with what the live version did with the same record.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use serde_json::json;
+
+use crate::cli::ShadowArgs;
+use crate::inbox::{self, LiveFate, Message, Outcome, Runner, RunnerSettings, Strategy};
+use crate::kafka::{self, IdSources, Start};
+use crate::plugin::{Runtime, SandboxLimits};
+
+/// How long reading the records may take in all.
+const READ_WITHIN: Duration = Duration::from_secs(120);
+
+/// One record tried: where it was, how the new version did, what the live one did.
+struct Tried {
+    message: Message,
+    outcome: Outcome,
+    live: LiveFate,
+}
+
+/// Runs the shadow and prints its report; an error when the new version fails
+/// records the live version processed (so a deploy script can gate on it).
+pub async fn shadow(args: ShadowArgs) -> anyhow::Result<()> {
+    let Some(url) = args.database.database_url.as_deref() else {
+        bail!("DATABASE_URL is not set: pass --database-url postgres://... or export DATABASE_URL");
+    };
+    let ids: IdSources = args
+        .message_id
+        .parse()
+        .map_err(|e: String| anyhow::anyhow!("--message-id: {e}"))?;
+    let extra = super::settings::kafka_options(&args.kafka_opts)
+        .map_err(|bad| anyhow::anyhow!("{}", bad.join("\n  ")))?;
+    let runtime = Runtime::with_compile_cache(
+        SandboxLimits::default(),
+        args.compile_cache.dir().as_deref(),
+    )?;
+    let plugin = super::load_plugin(&runtime, &args.plugin).await?;
+    let start = match args.from_offset {
+        Some(offset) => Start::Offset(offset),
+        None => Start::Last(args.last),
+    };
+    let (brokers, topics) = (args.brokers.clone(), args.topics.clone());
+    let records = tokio::task::spawn_blocking(move || {
+        kafka::read_recent(&brokers, &extra, &topics, &ids, start, READ_WITHIN)
+    })
+    .await?
+    .with_context(|| {
+        format!(
+            "reading the records of {} at {}",
+            args.topics.join(", "),
+            args.brokers
+        )
+    })?;
+
+    let pool = super::connect(url, 2).await?;
+    let runner = Runner::new(
+        pool.clone(),
+        RunnerSettings {
+            group: args.group.clone(),
+            worker_id: "shadow".into(),
+            strategy: Strategy::ExactlyOnceInbox,
+            lock_timeout: Duration::from_secs(2),
+            statement_timeout: Duration::from_secs(10),
+            transaction_timeout: Duration::from_secs(30),
+            guest_role: Some(args.guest_role.clone()).filter(|r| !r.trim().is_empty()),
+        },
+    );
+    let mut tried = Vec::with_capacity(records.len());
+    for record in records {
+        let (message, unusable) = super::worker::message_of(record);
+        let outcome = match unusable {
+            Some(why) => Outcome::Failed(inbox::HandlerError::new(
+                inbox::FailureKind::HandlerError,
+                false,
+                format!("unusable record: {why}"),
+            )),
+            None => runner.rehearse(&message, &plugin).await,
+        };
+        tried.push((message, outcome));
+    }
+    let messages: Vec<&Message> = tried.iter().map(|(m, _)| m).collect();
+    let fates = inbox::live_fates(&pool, &args.group, &messages).await?;
+    let tried: Vec<Tried> = tried
+        .into_iter()
+        .zip(fates)
+        .map(|((message, outcome), live)| Tried {
+            message,
+            outcome,
+            live,
+        })
+        .collect();
+    let regressions = tried
+        .iter()
+        .filter(|t| t.live == LiveFate::Processed && !t.outcome.committed())
+        .count();
+    let digest = crate::inbox::Handler::version(&plugin).to_string();
+    if args.json {
+        println!(
+            "{}",
+            report_json(&digest, &tried, regressions, args.examples)
+        );
+    } else {
+        print_report(&digest, &args.group, &tried, regressions, args.examples);
+    }
+    if regressions > 0 {
+        bail!(
+            "{regressions} record(s) the live version processed fail on {}",
+            args.plugin.display()
+        );
+    }
+    Ok(())
+}
+
+/// `processed`, `failed handler-error`, …: how the new version did.
+fn outcome_label(outcome: &Outcome) -> String {
+    match outcome {
+        Outcome::Failed(e) => format!("failed {}", e.kind),
+        other => other.label().to_string(),
+    }
+}
+
+/// Counts per (new version's outcome, live fate).
+fn tally(tried: &[Tried]) -> BTreeMap<(String, LiveFate), usize> {
+    let mut counts = BTreeMap::new();
+    for t in tried {
+        *counts
+            .entry((outcome_label(&t.outcome), t.live))
+            .or_default() += 1;
+    }
+    counts
+}
+
+/// The first `per_kind` failures of each kind, regressions first.
+fn examples(tried: &[Tried], per_kind: usize) -> Vec<&Tried> {
+    let mut failed: Vec<&Tried> = tried.iter().filter(|t| !t.outcome.committed()).collect();
+    failed.sort_by_key(|t| t.live != LiveFate::Processed);
+    let mut shown: BTreeMap<String, usize> = BTreeMap::new();
+    failed
+        .into_iter()
+        .filter(|t| {
+            let n = shown.entry(outcome_label(&t.outcome)).or_default();
+            *n += 1;
+            *n <= per_kind
+        })
+        .collect()
+}
+
+fn error_of(outcome: &Outcome) -> String {
+    match outcome {
+        Outcome::Failed(e) => e.message.clone(),
+        other => other.label().to_string(),
+    }
+}
+
+fn report_json(
+    digest: &str,
+    tried: &[Tried],
+    regressions: usize,
+    per_kind: usize,
+) -> serde_json::Value {
+    let summary: Vec<_> = tally(tried)
+        .into_iter()
+        .map(|((outcome, live), count)| json!({ "outcome": outcome, "live": live.label(), "count": count }))
+        .collect();
+    let examples: Vec<_> = examples(tried, per_kind)
+        .into_iter()
+        .map(|t| {
+            json!({
+                "topic": t.message.topic, "partition": t.message.partition, "offset": t.message.offset,
+                "message_id": t.message.message_id, "outcome": outcome_label(&t.outcome),
+                "live": t.live.label(), "error": error_of(&t.outcome),
+            })
+        })
+        .collect();
+    json!({
+        "plugin": digest, "records": tried.len(), "summary": summary,
+        "regressions": regressions, "examples": examples,
+    })
+}
+
+fn print_report(digest: &str, group: &str, tried: &[Tried], regressions: usize, per_kind: usize) {
+    println!(
+        "shadow run of {digest} on the records of group {group}: {} record(s), all rolled back",
+        tried.len()
+    );
+    println!(
+        "{:<32} {:>10} {:>10} {:>10}",
+        "this version \\ live", "processed", "set aside", "not yet"
+    );
+    let counts = tally(tried);
+    let mut rows: Vec<&String> = counts.keys().map(|(outcome, _)| outcome).collect();
+    rows.dedup();
+    for outcome in rows {
+        let n = |fate| counts.get(&(outcome.clone(), fate)).copied().unwrap_or(0);
+        println!(
+            "{outcome:<32} {:>10} {:>10} {:>10}",
+            n(LiveFate::Processed),
+            n(LiveFate::SetAside),
+            n(LiveFate::NotYet)
+        );
+    }
+    if regressions > 0 {
+        println!("{regressions} record(s) the live version processed fail on this version");
+    }
+    let shown = examples(tried, per_kind);
+    if !shown.is_empty() {
+        println!("examples:");
+    }
+    for t in shown {
+        println!(
+            "  {} {}/{}@{} {} (live: {}): {}",
+            outcome_label(&t.outcome),
+            t.message.topic,
+            t.message.partition,
+            t.message.offset,
+            t.message.message_id,
+            t.live.label(),
+            error_of(&t.outcome)
+        );
+    }
+}
