@@ -82,6 +82,16 @@ impl Plugin {
         if bytes[6..8] == CORE_MODULE_LAYER {
             return Err(LoadError::CoreModule { path });
         }
+        // Refused in milliseconds, before a compile that can take a minute for
+        // a large (Python, JavaScript) component.
+        let missing = unprovided_imports(bytes);
+        if !missing.is_empty() {
+            let missing: Vec<&str> = missing.iter().map(String::as_str).collect();
+            return Err(LoadError::WrongWorld {
+                path,
+                reason: missing_imports(&missing),
+            });
+        }
         let component = Component::new(&runtime.engine, bytes).map_err(|e| LoadError::Invalid {
             path: path.clone(),
             reason: with_async_hint(format!("{e:#}")),
@@ -166,13 +176,22 @@ fn with_import_hint(reason: String, component: &Component, engine: &wasmtime::En
     let missing: Vec<&str> = ty
         .imports(engine)
         .map(|(name, _)| name)
-        .filter(|name| !PROVIDED.iter().any(|p| name.starts_with(p)))
+        .filter(|name| !is_provided(name))
         .collect();
     if missing.is_empty() {
         return reason;
     }
+    format!("{reason}; {}", missing_imports(&missing))
+}
+
+fn is_provided(import: &str) -> bool {
+    PROVIDED.iter().any(|p| import.starts_with(p))
+}
+
+/// What to tell the author of a component importing `missing`.
+fn missing_imports(missing: &[&str]) -> String {
     let mut hint = format!(
-        "{reason}; it imports {}, which this host does not provide (guests reach only the `db` interface)",
+        "it imports {}, which this host does not provide (guests reach only the `db` interface)",
         missing.join(", ")
     );
     if missing.iter().any(|name| name.starts_with("wasi:http/")) {
@@ -182,6 +201,41 @@ fn with_import_hint(reason: String, component: &Component, engine: &wasmtime::En
         );
     }
     hint
+}
+
+/// The top-level imports of a component that the host does not provide, read
+/// from the binary without compiling it (a binary that does not parse is left
+/// to the compiler, which says why).
+fn unprovided_imports(bytes: &[u8]) -> Vec<String> {
+    use wasmparser::{Encoding, Parser, Payload};
+    let mut depth = 0usize;
+    let mut missing = Vec::new();
+    for payload in Parser::new(0).parse_all(bytes) {
+        let Ok(payload) = payload else {
+            return Vec::new();
+        };
+        match payload {
+            Payload::Version { encoding, .. } => {
+                depth += 1;
+                if depth == 1 && encoding != Encoding::Component {
+                    return Vec::new();
+                }
+            }
+            Payload::End(_) => depth = depth.saturating_sub(1),
+            Payload::ComponentImportSection(imports) if depth == 1 => {
+                for import in imports.into_iter().flatten() {
+                    // Plain names (`event`, a world's own types) are the
+                    // linker's to check; interfaces are `package:name/interface`.
+                    let name = import.name.full_name();
+                    if name.contains(':') && !is_provided(&name) {
+                        missing.push(name.into_owned());
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    missing
 }
 
 /// A component using the component model's async ABI (componentize-qjs's
