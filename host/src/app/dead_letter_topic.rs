@@ -4,7 +4,7 @@
 //! Spring Kafka's `kafka_dlt-*` where one exists (values are UTF-8 text here,
 //! where Spring writes partition, offset and timestamp as big-endian binary).
 
-use crate::inbox::DeadLetter;
+use crate::inbox::{DeadLetter, Message};
 use crate::kafka::{KafkaResult, Publication, Publisher};
 
 /// The topic and its producer.
@@ -51,11 +51,7 @@ impl DeadLetterTopic {
             letter.plugin_digest.map(str::to_string),
             letter.message_id.map(str::to_string),
         ];
-        let mut headers: Vec<(&str, Option<&[u8]>)> = message
-            .headers
-            .iter()
-            .map(|h| (h.key.as_str(), h.value.as_deref()))
-            .collect();
+        let mut headers = original_headers(message);
         headers.extend(
             HEADERS
                 .iter()
@@ -70,4 +66,13 @@ impl DeadLetterTopic {
         };
         self.publisher.publish(&publication).await.map(drop)
     }
+}
+
+/// A message's headers, borrowed, in their order: what a republished record carries.
+pub fn original_headers(message: &Message) -> Vec<(&str, Option<&[u8]>)> {
+    message
+        .headers
+        .iter()
+        .map(|h| (h.key.as_str(), h.value.as_deref()))
+        .collect()
 }

@@ -193,11 +193,7 @@ async fn redrive_one(
         .to_topic
         .clone()
         .unwrap_or_else(|| message.topic.clone());
-    let headers: Vec<(&str, Option<&[u8]>)> = message
-        .headers
-        .iter()
-        .map(|h| (h.key.as_str(), h.value.as_deref()))
-        .collect();
+    let headers = super::dead_letter_topic::original_headers(message);
     let (partition, offset) = publisher
         .publish(&Publication {
             topic: &topic,
