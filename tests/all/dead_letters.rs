@@ -188,6 +188,70 @@ async fn a_fatal_record_is_published_with_its_headers_listed_shown_and_redriven_
     drop(host);
 }
 
+/// The dead-letter topic is written before the letter's offset is stored:
+/// while the topic cannot take the record, its partition stays on it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_letter_offset_is_stored_only_after_the_dead_letter_topic_took_it() {
+    let stage = Stage::new(2).await;
+    let dlt = unique("orders-dlt");
+    stage
+        .broker
+        .create_topic(&dlt, 1)
+        .expect("dead-letter topic");
+    stage
+        .broker
+        .set_topic_available(&dlt, false)
+        .expect("dead-letter topic unavailable");
+    stage
+        .produce(vec![
+            stage.record("before", Some(0), "SELECT 1"),
+            stage.record("letter", Some(0), "SELECT 1 / 0"),
+            stage.record("after", Some(0), "SELECT 1"),
+            stage.record("elsewhere-1", Some(1), "SELECT 1"),
+        ])
+        .await;
+    let host = stage.spawn_host(&plugin("sql-runner"), &["--dead-letter-topic", &dlt]);
+    let letters = "SELECT count(*) FROM inbox_host.dead_letters WHERE message_id = 'letter'";
+    wait_until("the letter recorded in the table", LONG, || async {
+        stage.db.count(letters).await == 1
+    })
+    .await;
+    // A commit after that moment, seen on the other partition.
+    stage
+        .produce(vec![stage.record("elsewhere-2", Some(1), "SELECT 1")])
+        .await;
+    wait_until("the other partition committed", LONG, || async {
+        stage.committed(1).await == Some(2)
+    })
+    .await;
+    assert_eq!(
+        stage.committed(0).await,
+        Some(1),
+        "nothing past the letter is stored while its topic is unavailable"
+    );
+    let after = "SELECT count(*) FROM inbox_host.inbox WHERE message_id = 'after'";
+    assert_eq!(stage.db.count(after).await, 0, "the partition waits");
+
+    stage
+        .broker
+        .set_topic_available(&dlt, true)
+        .expect("dead-letter topic back");
+    wait_until("the partition moved on", LONG, || async {
+        stage.committed(0).await == Some(3)
+    })
+    .await;
+    let published = stage.read_partition(&dlt).await;
+    assert_eq!(published.len(), 1, "published once: {published:?}");
+    assert_eq!(published[0].key.as_deref(), Some(&b"letter"[..]));
+    assert_eq!(
+        stage.db.count(letters).await,
+        1,
+        "one row, however many tries"
+    );
+    assert_eq!(stage.db.count(after).await, 1);
+    drop(host);
+}
+
 #[test]
 fn redrive_needs_ids_or_all_and_filters_only_with_all() {
     for (args, expected) in [

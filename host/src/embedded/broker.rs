@@ -4,6 +4,7 @@ use std::thread;
 use anyhow::Context;
 use rdkafka::mocking::MockCluster;
 use rdkafka::producer::DefaultProducerContext;
+use rdkafka::types::RDKafkaRespErr;
 
 type Cluster = MockCluster<'static, DefaultProducerContext>;
 
@@ -16,6 +17,12 @@ enum Request {
     /// Take the broker down (connections cut, new ones refused) or back up.
     SetDown {
         down: bool,
+        reply: mpsc::Sender<anyhow::Result<()>>,
+    },
+    /// Make a topic's partitions leaderless in metadata, or whole again.
+    SetTopicAvailable {
+        name: String,
+        available: bool,
         reply: mpsc::Sender<anyhow::Result<()>>,
     },
 }
@@ -65,6 +72,21 @@ impl LocalBroker {
                             };
                             let _ = reply.send(set.context("changing the broker's state"));
                         }
+                        Request::SetTopicAvailable {
+                            name,
+                            available,
+                            reply,
+                        } => {
+                            let error = if available {
+                                RDKafkaRespErr::RD_KAFKA_RESP_ERR_NO_ERROR
+                            } else {
+                                RDKafkaRespErr::RD_KAFKA_RESP_ERR_LEADER_NOT_AVAILABLE
+                            };
+                            let set = cluster
+                                .topic_error(&name, error)
+                                .with_context(|| format!("changing topic {name}"));
+                            let _ = reply.send(set);
+                        }
                     }
                 }
             })?;
@@ -96,6 +118,17 @@ impl LocalBroker {
     /// an outage, for tests.
     pub fn set_down(&self, down: bool) -> anyhow::Result<()> {
         self.ask(|reply| Request::SetDown { down, reply })
+    }
+
+    /// Makes `topic` unavailable (metadata says its leader is not available,
+    /// so nothing can be produced to it) or available again, for tests.
+    pub fn set_topic_available(&self, topic: &str, available: bool) -> anyhow::Result<()> {
+        let name = topic.to_string();
+        self.ask(|reply| Request::SetTopicAvailable {
+            name,
+            available,
+            reply,
+        })
     }
 
     fn ask(
