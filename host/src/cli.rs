@@ -48,6 +48,12 @@ pub enum Command {
         #[command(flatten)]
         compile_cache: CompileCacheArg,
     },
+    /// Build a plugin from its source folder (Rust, Python, JavaScript or
+    /// TypeScript) into a component, installing the language's pinned toolchain
+    /// on first use, then check it like `check`.
+    Build(BuildArgs),
+    /// Create a plugin folder in a language, ready for `build`.
+    New(NewArgs),
     /// Run the reference lab: each acknowledgement strategy against a handler that
     /// writes an invoice and fails, plus the duplicate case.
     Lab(LabArgs),
@@ -378,13 +384,54 @@ impl CompileCacheArg {
         match self.dir.as_deref().map(str::trim) {
             Some("off") => None,
             Some(dir) if !dir.is_empty() => Some(PathBuf::from(dir)),
-            _ => std::env::var_os("XDG_CACHE_HOME")
-                .filter(|d| !d.is_empty())
-                .map(PathBuf::from)
-                .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
-                .map(|cache| cache.join("inbox-host")),
+            _ => user_cache_dir(),
         }
     }
+}
+
+/// `$XDG_CACHE_HOME/inbox-host`, or `~/.cache/inbox-host` (`None`: no home).
+pub fn user_cache_dir() -> Option<PathBuf> {
+    std::env::var_os("XDG_CACHE_HOME")
+        .filter(|d| !d.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+        .map(|cache| cache.join("inbox-host"))
+}
+
+#[derive(Debug, Args)]
+pub struct BuildArgs {
+    /// The plugin's folder: a Rust crate (Cargo.toml), or handler.py,
+    /// handler.js or handler.ts.
+    #[arg(value_name = "DIR")]
+    pub source: PathBuf,
+    /// Where to write the component. Default: <dir>/<folder name>.wasm.
+    #[arg(short, long)]
+    pub output: Option<PathBuf>,
+    /// Where pinned language toolchains (componentize-py, componentize-js) are
+    /// installed on first use. Default: the user cache's inbox-host/toolchains.
+    #[arg(long, env = "INBOX_TOOLCHAINS")]
+    pub toolchains: Option<PathBuf>,
+    /// The built plugin is checked, and left compiled in this cache.
+    #[command(flatten)]
+    pub compile_cache: CompileCacheArg,
+}
+
+impl BuildArgs {
+    pub fn toolchains(&self) -> anyhow::Result<PathBuf> {
+        self.toolchains
+            .clone()
+            .or_else(|| user_cache_dir().map(|c| c.join("toolchains")))
+            .ok_or_else(|| anyhow::anyhow!("no home directory: pass --toolchains DIR"))
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct NewArgs {
+    /// The handler's language.
+    #[arg(long)]
+    pub lang: crate::toolchain::Language,
+    /// The folder to create (new or empty).
+    pub dir: PathBuf,
 }
 
 #[derive(Debug, Clone, Args)]

@@ -29,3 +29,4 @@ pub mod inbox;
 pub mod kafka;
 pub mod plugin;
 pub mod telemetry;
+pub mod toolchain;

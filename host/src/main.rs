@@ -37,6 +37,18 @@ async fn main() -> ExitCode {
                 );
                 println!("digest: {digest}");
             }),
+        Command::Build(args) => app::build(&args).await.map(|(built, digest)| {
+            println!("built: {}", built.display());
+            println!("digest: {digest}");
+        }),
+        Command::New(args) => inbox_host::toolchain::scaffold(args.lang, &args.dir).map(|()| {
+            println!(
+                "created a {} plugin in {}; build it with `inbox-host build {}`",
+                args.lang.name(),
+                args.dir.display(),
+                args.dir.display()
+            );
+        }),
         Command::Lab(args) => app::lab(args).await.map(|rows| {
             for row in rows {
                 println!("{row}");

@@ -122,7 +122,13 @@ async fn write_then_panic_rolls_back_invoice_and_inbox_row_and_the_next_message_
         panic!("expected a failure, got {outcome:?}")
     };
     assert_eq!(error.kind, FailureKind::Panic);
-    assert!(error.message.contains("panicked"), "{}", error.message);
+    assert!(
+        error.message.contains("panicked at")
+            && error.message.contains("simulated panic after write")
+            && !error.message.contains("RUST_BACKTRACE"),
+        "the panic message itself: {}",
+        error.message
+    );
     assert_eq!(
         (invoices(&db, "o-1").await, inbox_rows(&db, "o-1").await),
         (0, 0)

@@ -247,6 +247,20 @@ pub async fn check(
     Ok(plugin.digest().to_string())
 }
 
+/// `inbox-host build`: builds the plugin folder with its language's toolchain,
+/// then checks the component (leaving it compiled in the cache); returns the
+/// component's path and digest.
+pub async fn build(args: &crate::cli::BuildArgs) -> anyhow::Result<(std::path::PathBuf, String)> {
+    let output = crate::toolchain::output_path(&args.source, args.output.as_deref())?;
+    let (dir, built, toolchains) = (args.source.clone(), output.clone(), args.toolchains()?);
+    tokio::task::spawn_blocking(move || crate::toolchain::build(&dir, &built, &toolchains))
+        .await??;
+    let digest = check(&output, args.compile_cache.dir().as_deref())
+        .await
+        .with_context(|| format!("the built component {} does not pass the check", output.display()))?;
+    Ok((output, digest))
+}
+
 /// Compiles a plugin off the async threads and instantiates it once in the sandbox.
 pub async fn load_plugin(runtime: &Runtime, path: &std::path::Path) -> anyhow::Result<Plugin> {
     let (runtime, owned) = (runtime.clone(), path.to_path_buf());

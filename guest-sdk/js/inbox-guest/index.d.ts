@@ -1,0 +1,75 @@
+// Types of the inbox-host JavaScript/TypeScript SDK (see index.js).
+
+/** A SQL parameter. `number` binds as int8 when it is a safe integer, else float8. */
+export type Param =
+  | null
+  | undefined
+  | boolean
+  | number
+  | bigint
+  | string
+  | Uint8Array
+  | Date
+  | Json
+  | Timestamp
+  | { [key: string]: unknown }
+  | unknown[];
+
+/** A column value as read: int8 beyond 2^53 reads as bigint, jsonb parsed, timestamptz as Date. */
+export type Column = null | boolean | number | bigint | string | Uint8Array | Date | Timestamp | unknown;
+
+export interface Header {
+  key: string;
+  /** null for a null header. */
+  value: Uint8Array | null;
+}
+
+export declare class Event {
+  /** The inbox key (with the consumer group): stable across redeliveries. */
+  readonly messageId: string;
+  readonly topic: string;
+  readonly partition: number;
+  readonly offset: number;
+  readonly key: Uint8Array | null;
+  readonly headers: Header[];
+  /** The record value; empty for a null (tombstone) value. */
+  readonly payload: Uint8Array;
+  /** The payload as UTF-8 text; throws a fatal HandlerError when it is not. */
+  text(): string;
+  /** The payload parsed as JSON; throws a fatal HandlerError when it is not. */
+  json(): unknown;
+  /** The first header named `key` (null: absent or a null header). */
+  header(key: string): Uint8Array | null;
+}
+
+export declare class Db {
+  /** Runs one statement; returns the number of rows it affected. */
+  execute(sql: string, params?: Param[]): number;
+  /** Runs one statement and returns its rows as objects keyed by column name. */
+  query(sql: string, params?: Param[]): Record<string, Column>[];
+}
+
+export declare class HandlerError extends Error {
+  readonly retryable: boolean;
+  constructor(message: string, options?: { retryable?: boolean });
+}
+
+export declare class DbError extends Error {
+  /** SQLSTATE, or an IH code when the host refused the statement before it ran. */
+  readonly code: string;
+  /** Whether running the message again can succeed, as the host judged it. */
+  readonly retryable: boolean;
+}
+
+export declare class Json {
+  readonly value: unknown;
+  constructor(value: unknown);
+}
+
+export declare class Timestamp {
+  readonly micros: bigint;
+  constructor(micros: bigint | number);
+}
+
+/** What a handler module exports. */
+export type Handler = (event: Event, db: Db) => void;

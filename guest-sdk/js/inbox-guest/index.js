@@ -1,0 +1,189 @@
+// SDK for inbox-host handler plugins written in JavaScript or TypeScript.
+//
+// A plugin is a folder with handler.js (or handler.ts) exporting one function:
+//
+//   export function handle(event, db) {
+//     const order = event.json();
+//     db.execute("INSERT INTO invoices (order_id, amount) VALUES ($1, $2)",
+//                [order.order_id, order.amount]);
+//   }
+//
+// Returning asks the host to commit the message's transaction; throwing rolls
+// it back. Throw `new HandlerError(message, { retryable })` to say whether
+// delivering the message again can help; a DbError that escapes keeps the
+// host's judgement of its statement; anything else thrown is a crash (like a
+// Rust panic): fatal, recorded with its message.
+import * as wit from "inbox:host/db@0.2.0";
+
+/** Fails the message on purpose; `retryable` (default false) says whether delivering it again can help. */
+export class HandlerError extends Error {
+  constructor(message, { retryable = false } = {}) {
+    super(String(message));
+    this.name = "HandlerError";
+    this.retryable = Boolean(retryable);
+  }
+}
+
+/** A failed statement: SQLSTATE (or an IH code for a statement the host refused), message, and the host's verdict on retrying. */
+export class DbError extends Error {
+  constructor(code, message, retryable) {
+    super(`${code}: ${message}`);
+    this.name = "DbError";
+    this.code = code;
+    this.retryable = retryable;
+  }
+}
+
+/** A parameter bound as jsonb (plain objects and arrays are bound so too). */
+export class Json {
+  constructor(value) {
+    this.value = value;
+  }
+}
+
+/** Microseconds since 1970-01-01T00:00:00Z (a bigint): a timestamptz parameter, and what a column outside Date's range reads as. */
+export class Timestamp {
+  constructor(micros) {
+    this.micros = BigInt(micros);
+  }
+}
+
+const utf8 = new TextDecoder("utf-8", { fatal: true });
+
+/** The message being handled. */
+export class Event {
+  constructor(event) {
+    this.messageId = event.messageId;
+    this.topic = event.topic;
+    this.partition = event.partition;
+    this.offset = Number(event.offset);
+    this.key = event.key ?? null;
+    this.headers = event.headers.map((h) => ({ key: h.key, value: h.value ?? null }));
+    this.payload = event.payload;
+  }
+
+  /** The payload as UTF-8 text; a payload that is not is a fatal HandlerError. */
+  text() {
+    try {
+      return utf8.decode(this.payload);
+    } catch (e) {
+      throw new HandlerError(`payload is not UTF-8 text: ${e.message}`);
+    }
+  }
+
+  /** The payload parsed as JSON; a payload that is not is a fatal HandlerError. */
+  json() {
+    const text = this.text();
+    try {
+      return JSON.parse(text);
+    } catch (e) {
+      throw new HandlerError(`payload is not JSON: ${e.message}`);
+    }
+  }
+
+  /** The value of the first header named `key` (null: absent or a null header). */
+  header(key) {
+    const found = this.headers.find((h) => h.key === key);
+    return found ? found.value : null;
+  }
+}
+
+/** The message's PostgreSQL transaction. */
+export class Db {
+  /** Runs one statement; returns the number of rows it affected. */
+  execute(sql, params = []) {
+    return Number(call(() => wit.execute(sql, params.map(toValue))));
+  }
+
+  /** Runs one statement and returns its rows as objects keyed by column name. */
+  query(sql, params = []) {
+    const result = call(() => wit.query(sql, params.map(toValue)));
+    return result.rows.map((row) => {
+      const object = {};
+      result.columns.forEach((name, i) => {
+        object[name] = fromValue(row[i]);
+      });
+      return object;
+    });
+  }
+}
+
+function call(statement) {
+  try {
+    return statement();
+  } catch (e) {
+    const error = e && e.payload;
+    if (error && typeof error.code === "string") {
+      throw new DbError(error.code, error.message, error.retryable);
+    }
+    throw e;
+  }
+}
+
+function toValue(value) {
+  if (value === null || value === undefined) return { tag: "null" };
+  switch (typeof value) {
+    case "boolean":
+      return { tag: "boolean", val: value };
+    case "number":
+      return Number.isSafeInteger(value)
+        ? { tag: "int64", val: BigInt(value) }
+        : { tag: "float64", val: value };
+    case "bigint":
+      return { tag: "int64", val: value };
+    case "string":
+      return { tag: "text", val: value };
+  }
+  if (value instanceof Uint8Array) return { tag: "bytes", val: value };
+  if (value instanceof Json) return { tag: "json", val: JSON.stringify(value.value) };
+  if (value instanceof Timestamp) return { tag: "timestamp", val: value.micros };
+  if (value instanceof Date) return { tag: "timestamp", val: BigInt(value.getTime()) * 1000n };
+  if (Array.isArray(value) || Object.getPrototypeOf(value) === Object.prototype) {
+    return { tag: "json", val: JSON.stringify(value) };
+  }
+  throw new TypeError(
+    `cannot bind ${value?.constructor?.name ?? typeof value} as a SQL parameter ` +
+      "(null, boolean, number, bigint, string, Uint8Array, object, array, Json, Date, Timestamp)",
+  );
+}
+
+const MAX_DATE_MICROS = 8640000000000000000n;
+
+function fromValue(value) {
+  switch (value.tag) {
+    case "null":
+      return null;
+    case "int64":
+      // Exact as a number when it fits; a bigint otherwise.
+      return value.val >= BigInt(Number.MIN_SAFE_INTEGER) && value.val <= BigInt(Number.MAX_SAFE_INTEGER)
+        ? Number(value.val)
+        : value.val;
+    case "json":
+      return JSON.parse(value.val);
+    case "timestamp":
+      return value.val >= -MAX_DATE_MICROS && value.val <= MAX_DATE_MICROS
+        ? new Date(Number(value.val / 1000n))
+        : new Timestamp(value.val);
+    default:
+      return value.val;
+  }
+}
+
+/** The component's `handle` export calls this with the plugin's `handle`. */
+export function run(event, handle) {
+  let returned;
+  try {
+    returned = handle(new Event(event), new Db());
+  } catch (e) {
+    if (e instanceof HandlerError) {
+      throw { payload: { message: e.message, retryable: e.retryable } };
+    }
+    if (e instanceof DbError) {
+      throw { payload: { message: e.message, retryable: e.retryable } };
+    }
+    throw e;
+  }
+  if (returned && typeof returned.then === "function") {
+    throw new Error("handle returned a Promise: handlers are synchronous (no async, no await)");
+  }
+}

@@ -1,0 +1,36 @@
+"""SDK for inbox-host handler plugins written in Python.
+
+A plugin is a folder with a ``handler.py`` that defines one function::
+
+    from inbox_guest import Db, Event, HandlerError
+
+    def handle(event: Event, db: Db) -> None:
+        order = event.json()
+        db.execute(
+            "INSERT INTO invoices (order_id, amount, message_id) VALUES ($1, $2, $3)",
+            [order["order_id"], order["amount"], event.message_id],
+        )
+
+``inbox-host build <folder>`` turns it into a component. Returning asks the host
+to commit the message's transaction; raising rolls it back. Raise
+``HandlerError(message, retryable=...)`` to say whether delivering the message
+again can help; a ``DbError`` that escapes the handler keeps the host's judgement
+of its statement; any other exception is a crash (like a Rust panic): fatal, and
+recorded with its last traceback line.
+"""
+
+from ._db import Db, DbError, Json, Row, Rows, Timestamp
+from ._errors import HandlerError
+from ._event import Event, Header
+
+__all__ = [
+    "Db",
+    "DbError",
+    "Event",
+    "HandlerError",
+    "Header",
+    "Json",
+    "Row",
+    "Rows",
+    "Timestamp",
+]

@@ -1,0 +1,118 @@
+//! Plugins from source: `inbox-host build <dir>` finds a plugin folder's
+//! language, installs the pinned toolchain it needs on first use, and runs it
+//! with the flags the host needs (docs/plugins.md); `inbox-host new` scaffolds
+//! a plugin that builds and passes `check` as generated.
+//!
+//! Nothing here loads or runs a plugin: `app` checks what was built.
+
+mod install;
+mod javascript;
+mod python;
+mod rust;
+mod scaffold;
+mod sources;
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context};
+
+pub use scaffold::scaffold;
+
+/// The languages a plugin can be written in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Language {
+    Rust,
+    Python,
+    #[value(name = "js")]
+    JavaScript,
+    #[value(name = "ts")]
+    TypeScript,
+}
+
+impl Language {
+    /// The language of the plugin in `dir`, from the file that marks it.
+    pub fn of(dir: &Path) -> anyhow::Result<Self> {
+        let marks = [
+            ("Cargo.toml", Self::Rust),
+            ("handler.py", Self::Python),
+            ("handler.ts", Self::TypeScript),
+            ("handler.js", Self::JavaScript),
+        ];
+        let found: Vec<_> = marks
+            .iter()
+            .filter(|(file, _)| dir.join(file).is_file())
+            .collect();
+        match found.as_slice() {
+            [(_, language)] => Ok(*language),
+            [] if !dir.is_dir() => bail!("{} is not a folder", dir.display()),
+            [] => bail!(
+                "{} holds no plugin: expected Cargo.toml (Rust), handler.py (Python), \
+                 handler.js (JavaScript) or handler.ts (TypeScript); \
+                 `inbox-host new --lang <rust|python|js|ts> <dir>` makes one",
+                dir.display()
+            ),
+            several => bail!(
+                "{} holds more than one plugin ({}); keep one per folder",
+                dir.display(),
+                several
+                    .iter()
+                    .map(|(file, _)| *file)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Rust => "Rust",
+            Self::Python => "Python",
+            Self::JavaScript => "JavaScript",
+            Self::TypeScript => "TypeScript",
+        }
+    }
+}
+
+/// Where a build puts its component: `output`, or `<dir>/<folder name>.wasm`.
+pub fn output_path(dir: &Path, output: Option<&Path>) -> anyhow::Result<PathBuf> {
+    if let Some(output) = output {
+        return Ok(output.to_path_buf());
+    }
+    let dir = dir
+        .canonicalize()
+        .with_context(|| format!("reading {}", dir.display()))?;
+    let name = dir.file_name().and_then(|n| n.to_str()).unwrap_or("plugin");
+    Ok(dir.join(format!("{name}.wasm")))
+}
+
+/// Builds the plugin in `dir` into the component `output`, installing its
+/// toolchain under `toolchains` first if it is not there yet.
+pub fn build(dir: &Path, output: &Path, toolchains: &Path) -> anyhow::Result<Language> {
+    let language = Language::of(dir)?;
+    if let Some(parent) = output.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent)
+            .with_context(|| format!("creating {}", parent.display()))?;
+    }
+    match language {
+        Language::Rust => rust::build(dir, output),
+        Language::Python => python::build(dir, output, toolchains),
+        Language::JavaScript | Language::TypeScript => {
+            javascript::build(dir, output, toolchains, language)
+        }
+    }
+    .with_context(|| format!("building the {} plugin in {}", language.name(), dir.display()))?;
+    Ok(language)
+}
+
+/// Runs a toolchain command; its output goes to the user's terminal. A
+/// failure names the command.
+fn run(command: &mut std::process::Command) -> anyhow::Result<()> {
+    let shown = format!("{command:?}");
+    let status = command
+        .status()
+        .with_context(|| format!("could not start {shown}"))?;
+    if !status.success() {
+        bail!("{shown} failed ({status})");
+    }
+    Ok(())
+}

@@ -1,0 +1,84 @@
+//! The files a build needs beside the plugin's own, carried in the binary so an
+//! installed `inbox-host` builds plugins without this repository: the WIT world
+//! and the Python and JavaScript SDKs.
+
+use std::path::Path;
+
+use anyhow::Context;
+
+/// `wit/inbox.wit`.
+pub const WIT: (&str, &str) = ("inbox.wit", include_str!("../../../wit/inbox.wit"));
+
+/// The Python SDK, as `inbox_guest/<file>`.
+pub const PYTHON_SDK: &[(&str, &str)] = &[
+    (
+        "inbox_guest/__init__.py",
+        include_str!("../../../guest-sdk/python/inbox_guest/__init__.py"),
+    ),
+    (
+        "inbox_guest/_component.py",
+        include_str!("../../../guest-sdk/python/inbox_guest/_component.py"),
+    ),
+    (
+        "inbox_guest/_db.py",
+        include_str!("../../../guest-sdk/python/inbox_guest/_db.py"),
+    ),
+    (
+        "inbox_guest/_errors.py",
+        include_str!("../../../guest-sdk/python/inbox_guest/_errors.py"),
+    ),
+    (
+        "inbox_guest/_event.py",
+        include_str!("../../../guest-sdk/python/inbox_guest/_event.py"),
+    ),
+];
+
+/// The JavaScript/TypeScript SDK, as `inbox-guest/<file>`.
+pub const JS_SDK: &[(&str, &str)] = &[
+    (
+        "inbox-guest/index.js",
+        include_str!("../../../guest-sdk/js/inbox-guest/index.js"),
+    ),
+    (
+        "inbox-guest/index.d.ts",
+        include_str!("../../../guest-sdk/js/inbox-guest/index.d.ts"),
+    ),
+];
+
+/// The Rust SDK crate, as a new plugin vendors it (`inbox-guest/<file>`); its
+/// bindings read `../wit`, which the scaffold writes beside it.
+pub const RUST_SDK: &[(&str, &str)] = &[
+    (
+        "inbox-guest/Cargo.toml",
+        include_str!("../../../guest-sdk/Cargo.toml"),
+    ),
+    (
+        "inbox-guest/src/lib.rs",
+        include_str!("../../../guest-sdk/src/lib.rs"),
+    ),
+    (
+        "inbox-guest/src/db.rs",
+        include_str!("../../../guest-sdk/src/db.rs"),
+    ),
+    (
+        "inbox-guest/src/error.rs",
+        include_str!("../../../guest-sdk/src/error.rs"),
+    ),
+    (
+        "inbox-guest/src/event.rs",
+        include_str!("../../../guest-sdk/src/event.rs"),
+    ),
+];
+
+/// Writes `files` (relative path, text) under `root`.
+pub fn write_all(root: &Path, files: &[(&str, &str)]) -> anyhow::Result<()> {
+    for (relative, text) in files {
+        let path = root.join(relative);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent)
+                .with_context(|| format!("creating {}", parent.display()))?;
+        }
+        std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
+}
