@@ -46,6 +46,10 @@ fn main() {
     build(&root, &v1, &[], None);
     build(&root, &v2, &["-p", "billing"], Some("billing-v2"));
     println!(
+        "cargo:rustc-env=GUEST_PLUGIN_DIR={}",
+        target_root.join("guest-plugins").display()
+    );
+    println!(
         "cargo:rustc-env=PLUGIN_DIR={}",
         v1.join("wasm32-wasip2/release").display()
     );

@@ -348,6 +348,13 @@ pub struct RunArgs {
     /// memories together.
     #[arg(long, env = "INBOX_GUEST_MEMORY_MIB", default_value_t = 64)]
     pub guest_memory_mib: usize,
+    /// Keep a plugin's instance for its next message instead of a fresh one per
+    /// message: much cheaper for Python and JavaScript guests, but the guest's
+    /// globals and heap carry over between messages (docs/plugins.md). Each
+    /// message still has its own transaction, deadline and output; an instance
+    /// whose message failed in any way is discarded.
+    #[arg(long, env = "INBOX_REUSE_INSTANCE")]
+    pub reuse_instance: bool,
     /// The most bytes of parameters one guest statement may send (a message's
     /// statements together may send 16 times this).
     #[arg(long, env = "INBOX_MAX_PARAM_BYTES", default_value_t = 1 << 20)]
@@ -371,8 +378,9 @@ pub struct CompileCacheArg {
     /// Keep compiled plugins here, by content, so a restart or a swap back to a
     /// known version loads in about a second instead of compiling again; `off`
     /// compiles on every load. It holds native code the host runs: only the
-    /// host's user may write it. Default: $XDG_CACHE_HOME/inbox-host (or
-    /// ~/.cache/inbox-host).
+    /// host's user may write it, and it must be a folder of its own (wasmtime
+    /// removes files it does not recognise there). Default:
+    /// $XDG_CACHE_HOME/inbox-host/compiled (or ~/.cache/inbox-host/compiled).
     #[arg(long = "compile-cache", env = "INBOX_COMPILE_CACHE")]
     pub dir: Option<String>,
 }
@@ -384,7 +392,9 @@ impl CompileCacheArg {
         match self.dir.as_deref().map(str::trim) {
             Some("off") => None,
             Some(dir) if !dir.is_empty() => Some(PathBuf::from(dir)),
-            _ => user_cache_dir(),
+            // Beside, not around, the toolchains: wasmtime's cache cleanup
+            // deletes whatever it does not recognise in its folder.
+            _ => user_cache_dir().map(|cache| cache.join("compiled")),
         }
     }
 }
@@ -404,7 +414,7 @@ pub struct BuildArgs {
     /// handler.js or handler.ts.
     #[arg(value_name = "DIR")]
     pub source: PathBuf,
-    /// Where to write the component. Default: <dir>/<folder name>.wasm.
+    /// Where to write the component. Default: DIR/NAME.wasm, NAME being the folder's name.
     #[arg(short, long)]
     pub output: Option<PathBuf>,
     /// Where pinned language toolchains (componentize-py, componentize-js) are

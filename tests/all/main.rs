@@ -8,6 +8,7 @@ mod hostile;
 mod hot_swap;
 mod inbox_core;
 mod kafka_runner;
+mod languages;
 mod migrations;
 mod outages;
 mod plugin_loading;

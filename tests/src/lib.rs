@@ -25,6 +25,74 @@ pub fn plugin(name: &str) -> PathBuf {
     }
 }
 
+/// A plugin in another language (`billing-py`, `sandbox-js`), built from
+/// `plugins/<folder>` by the real `inbox-host build` the first time a test asks
+/// for it after its sources (or the SDKs, or the WIT) changed. Tests in other
+/// processes asking at the same time wait for that build.
+pub fn guest_plugin(folder: &str) -> PathBuf {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let out_dir = PathBuf::from(env!("GUEST_PLUGIN_DIR"));
+    std::fs::create_dir_all(&out_dir).expect("guest plugin folder");
+    let lock = std::fs::File::create(out_dir.join(format!("{folder}.lock"))).expect("lock file");
+    lock.lock().expect("lock");
+    let source = root.join("plugins").join(folder);
+    let stamp = sources_stamp(&[
+        source.clone(),
+        root.join("guest-sdk/python"),
+        root.join("guest-sdk/js"),
+        root.join("wit"),
+    ]);
+    let output = out_dir.join(format!("{folder}.wasm"));
+    let stamp_file = out_dir.join(format!("{folder}.stamp"));
+    if output.is_file() && std::fs::read_to_string(&stamp_file).ok() == Some(stamp.clone()) {
+        return output;
+    }
+    let built = host::run(
+        &[
+            "build",
+            source.to_str().expect("UTF-8 path"),
+            "-o",
+            output.to_str().expect("UTF-8 path"),
+        ],
+        &[],
+    );
+    assert!(
+        built.status.success(),
+        "inbox-host build {folder} failed:\n{}{}",
+        String::from_utf8_lossy(&built.stdout),
+        String::from_utf8_lossy(&built.stderr)
+    );
+    std::fs::write(&stamp_file, stamp).expect("stamp");
+    output
+}
+
+/// A digest of every file under `dirs` (paths and contents).
+fn sources_stamp(dirs: &[PathBuf]) -> String {
+    use std::hash::{Hash, Hasher};
+    fn walk(dir: &std::path::Path, files: &mut Vec<PathBuf>) {
+        for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            let path = entry.path();
+            let name = entry.file_name();
+            if path.is_dir() && name != "__pycache__" && name != "node_modules" {
+                walk(&path, files);
+            } else if path.is_file() && path.extension().is_none_or(|e| e != "wasm") {
+                files.push(path);
+            }
+        }
+    }
+    let mut files = Vec::new();
+    for dir in dirs {
+        walk(dir, &mut files);
+    }
+    files.sort();
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    for file in files {
+        file.hash(&mut hasher);
+        std::fs::read(&file).expect("source file").hash(&mut hasher);
+    }
+    format!("{:016x}", hasher.finish())
+}
+
 /// `billing` built with the marker `billing-v2`.
 pub fn billing_v2() -> PathBuf {
     PathBuf::from(env!("PLUGIN_V2_DIR")).join("billing.wasm")

@@ -181,9 +181,17 @@ export function run(event, handle) {
     if (e instanceof DbError) {
       throw { payload: { message: e.message, retryable: e.retryable } };
     }
-    throw e;
+    crash(e);
   }
   if (returned && typeof returned.then === "function") {
-    throw new Error("handle returned a Promise: handlers are synchronous (no async, no await)");
+    crash(new Error("handle returned a Promise: handlers are synchronous (no async, no await)"));
   }
+}
+
+// An exception the handler did not mean to throw is a crash, like a Rust
+// panic: said on stderr as `uncaught <exception>` (the host records that
+// line), then a trap, which an error value the host's types cannot hold causes.
+function crash(error) {
+  console.error(`uncaught ${error instanceof Error ? `${error.name}: ${error.message}` : String(error)}`);
+  throw { payload: null };
 }

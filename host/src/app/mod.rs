@@ -257,7 +257,12 @@ pub async fn build(args: &crate::cli::BuildArgs) -> anyhow::Result<(std::path::P
         .await??;
     let digest = check(&output, args.compile_cache.dir().as_deref())
         .await
-        .with_context(|| format!("the built component {} does not pass the check", output.display()))?;
+        .with_context(|| {
+            format!(
+                "the built component {} does not pass the check",
+                output.display()
+            )
+        })?;
     Ok((output, digest))
 }
 

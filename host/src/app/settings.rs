@@ -189,6 +189,7 @@ impl RunSettings {
                 deadline: Duration::from_millis(args.guest_deadline_ms.max(1)),
                 memory_bytes: args.guest_memory_mib.max(1) << 20,
                 max_param_bytes: args.max_param_bytes.max(1),
+                reuse_instance: args.reuse_instance,
                 ..SandboxLimits::default()
             },
             status_addr: args.status_addr.filter(|a| !a.trim().is_empty()),

@@ -28,6 +28,14 @@ impl GuestClock {
         })))
     }
 
+    /// Starts counting again, for the next message on a reused instance.
+    pub fn restart(&self) {
+        let mut waits = self.lock();
+        waits.started = Instant::now();
+        waits.waited = Duration::ZERO;
+        waits.waiting_since = None;
+    }
+
     /// Time the guest has run, not counting `db` waits (finished or in progress).
     pub fn ran_for(&self) -> Duration {
         let waits = self.lock();

@@ -53,6 +53,18 @@ impl DbSession {
     }
 }
 
+impl DbSession {
+    /// Binds the session to the next message's transaction, forgetting what the
+    /// previous message's statements did (a reused instance).
+    pub fn next_message(&mut self, tx: Tx) {
+        self.tx = Some(tx);
+        self.failed_statement = None;
+        self.refused_statement = None;
+        self.refusals = 0;
+        self.param_bytes = 0;
+    }
+}
+
 /// A failure of the database connection itself (not of a statement): the guest
 /// cannot act on it, so it traps and the message is retried.
 #[derive(Debug, thiserror::Error)]

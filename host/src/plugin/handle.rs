@@ -5,7 +5,7 @@ use wasmtime::{Store, Trap, UpdateDeadline};
 
 use super::db_session::{ConnectionLost, LOGGED_REFUSALS};
 use super::event::{handle_func, EventRef};
-use super::loader::{LoadError, Plugin};
+use super::loader::{LoadError, Plugin, Reusable};
 use super::state::GuestState;
 use crate::inbox::{storable_text, FailureKind, Handler, HandlerError, Message, Tx};
 
@@ -25,61 +25,97 @@ impl Handler for Plugin {
     }
 
     async fn handle(&self, message: &Message, tx: Tx) -> (Tx, Result<(), HandlerError>) {
-        let mut store = self.new_store(Some(tx));
+        let (mut store, kept) = match self.idle_instance() {
+            Some(Reusable {
+                mut store,
+                instance,
+            }) => {
+                store.data_mut().next_message(tx);
+                store.set_epoch_deadline(1);
+                (store, Some(instance))
+            }
+            None => (self.new_store(Some(tx)), None),
+        };
         let clock = store.data().clock.clone();
         let call = async {
-            let instance = self
-                .pre
-                .instance_pre()
-                .instantiate_async(&mut store)
-                .await?;
+            let instance = match kept {
+                Some(instance) => instance,
+                None => {
+                    self.pre
+                        .instance_pre()
+                        .instantiate_async(&mut store)
+                        .await?
+                }
+            };
             let handle = handle_func(&mut store, &instance, &self.handle_export)?;
             let (returned,) = handle
                 .call_async(&mut store, (EventRef::of(message),))
                 .await?;
-            Ok(returned)
+            Ok((returned, instance))
         };
         // The epoch stops a guest running wasm; a guest blocked in a host call
         // (a WASI sleep) is stopped here, its call dropped.
-        let returned = tokio::select! {
+        let returned: wasmtime::Result<_> = tokio::select! {
             returned = call => returned,
             () = clock.reaches(self.runtime.limits.deadline) => Err(BlockedPastDeadline.into()),
         };
-        let state = store.into_data();
+        let state = store.data_mut();
         let ran = u64::try_from(state.clock.ran_for().as_nanos()).unwrap_or(u64::MAX);
         self.runtime
             .guest_nanos
             .fetch_add(ran, std::sync::atomic::Ordering::Relaxed);
-        self.log_output(&state, message);
-        let verdict = match returned {
-            Ok(Ok(())) => match &state.db.failed_statement {
+        let output = Output {
+            stdout: state.stdout.take(),
+            stderr: state.stderr.take(),
+        };
+        self.log_output(&output, state, message);
+        let (verdict, instance) = match returned {
+            Ok((Ok(()), instance)) => match &state.db.failed_statement {
                 // PostgreSQL aborted the transaction; say why rather than letting
                 // the runner find it unusable.
-                Some(e) => Err(HandlerError::new(
-                    FailureKind::TransactionBroken,
-                    e.retryable,
-                    format!(
-                        "the handler returned ok after a statement failed ({} {}); a failed \
-                         statement aborts the transaction, so nothing was committed",
-                        e.code, e.message
-                    ),
-                )),
-                None => Ok(()),
+                Some(e) => (
+                    Err(HandlerError::new(
+                        FailureKind::TransactionBroken,
+                        e.retryable,
+                        format!(
+                            "the handler returned ok after a statement failed ({} {}); a failed \
+                             statement aborts the transaction, so nothing was committed",
+                            e.code, e.message
+                        ),
+                    )),
+                    None,
+                ),
+                None => (Ok(()), Some(instance)),
             },
-            Ok(Err(e)) => Err(HandlerError::new(
-                FailureKind::HandlerError,
-                e.retryable,
-                e.message,
-            )),
-            Err(trap) => Err(classify(&trap, &state)),
-        }
-        .map_err(|error| blame_refusal(error, &state));
+            Ok((Err(e), _)) => (
+                Err(HandlerError::new(
+                    FailureKind::HandlerError,
+                    e.retryable,
+                    e.message,
+                )),
+                None,
+            ),
+            Err(trap) => (Err(classify(&trap, state, &output)), None),
+        };
+        let verdict = verdict.map_err(|error| blame_refusal(error, state));
         let tx = state
             .db
             .tx
+            .take()
             .expect("the store owns the transaction until the call ends");
+        // Only an instance whose message succeeded is kept: after a trap or an
+        // error its state is not trusted.
+        if let Some(instance) = instance.filter(|_| self.runtime.limits.reuse_instance) {
+            self.keep_instance(Reusable { store, instance });
+        }
         (tx, verdict)
     }
+}
+
+/// What a guest wrote to stdout and stderr during one message.
+struct Output {
+    stdout: Vec<u8>,
+    stderr: Vec<u8>,
 }
 
 impl Plugin {
@@ -128,11 +164,10 @@ impl Plugin {
 
     /// Logs what the guest printed, bounded per message: the first lines, each
     /// escaped and marked as the guest's, then one line counting the rest.
-    fn log_output(&self, state: &GuestState, message: &Message) {
+    fn log_output(&self, output: &Output, state: &GuestState, message: &Message) {
         let (mut logged, mut logged_bytes, mut left_out) = (0, 0, 0);
-        for (stream, pipe) in [("stdout", &state.stdout), ("stderr", &state.stderr)] {
-            let bytes = pipe.contents();
-            for line in String::from_utf8_lossy(&bytes)
+        for (stream, bytes) in [("stdout", &output.stdout), ("stderr", &output.stderr)] {
+            for line in String::from_utf8_lossy(bytes)
                 .lines()
                 .filter(|l| !l.is_empty())
             {
@@ -163,7 +198,7 @@ impl Plugin {
 }
 
 /// Names the trap: deadline, memory, stack, panic, lost connection or other.
-fn classify(error: &wasmtime::Error, state: &GuestState) -> HandlerError {
+fn classify(error: &wasmtime::Error, state: &GuestState, output: &Output) -> HandlerError {
     let detail = format!("{error:#}");
     if let Some(lost) = error.downcast_ref::<ConnectionLost>() {
         return HandlerError::new(FailureKind::Database, true, lost.to_string());
@@ -188,19 +223,33 @@ fn classify(error: &wasmtime::Error, state: &GuestState) -> HandlerError {
             HandlerError::new(FailureKind::Stack, false, "guest overflowed its stack")
         }
         Some(Trap::UnreachableCodeReached) => {
-            let stderr = state.stderr.contents();
-            let said = panic_message(&String::from_utf8_lossy(&stderr));
+            let said = panic_message(&String::from_utf8_lossy(&output.stderr));
             HandlerError::new(FailureKind::Panic, false, format!("guest panicked: {said}"))
         }
         _ => HandlerError::new(FailureKind::Trap, false, format!("guest trapped: {detail}")),
     }
 }
 
-/// What a guest said when it panicked: Rust's `panicked at <place>:` line and
-/// the message after it (not the `note: run with RUST_BACKTRACE=1` hint that
-/// follows); for other languages, the last line it wrote.
+/// What a guest said when it panicked: a Python traceback's exception line;
+/// Rust's `panicked at <place>:` line and the message after it (not the `note:
+/// run with RUST_BACKTRACE=1` hint that follows); the JavaScript SDK's
+/// `uncaught <exception>` line; otherwise the last line it wrote.
 fn panic_message(stderr: &str) -> String {
     let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+    // The JavaScript SDK's crash line; the runtime's abort notice follows it.
+    if let Some(uncaught) = lines.iter().rev().find(|l| l.starts_with("uncaught ")) {
+        return (*uncaught).to_string();
+    }
+    // Python (componentize-py): the exception line ends the traceback; the
+    // runtime's own panic that follows only says an exception was thrown.
+    if let Some(at) = lines
+        .iter()
+        .rposition(|l| l.starts_with("Traceback (most recent call last)"))
+    {
+        if let Some(exception) = lines[at + 1..].iter().find(|l| !l.starts_with(' ')) {
+            return (*exception).to_string();
+        }
+    }
     if let Some(at) = lines.iter().rposition(|l| l.contains("panicked at")) {
         return lines[at..]
             .iter()
@@ -245,6 +294,10 @@ mod tests {
             panic_message("Traceback...\nValueError: x\n"),
             "ValueError: x"
         );
+        let python = "Traceback (most recent call last):\n  File \"handler.py\", line 3, in handle\n    raise ValueError(\"boom\")\nValueError: boom\nthread '<unnamed>' (1) panicked at runtime/src/lib.rs:1293:29:\nPython function threw an unexpected exception\nnote: run with `RUST_BACKTRACE=1` environment variable to display a backtrace\n";
+        assert_eq!(panic_message(python), "ValueError: boom");
+        let js = "uncaught Error: boom\nRedirecting call to abort() to mozalloc_abort\n";
+        assert_eq!(panic_message(js), "uncaught Error: boom");
         assert_eq!(panic_message(""), "no message");
     }
 }

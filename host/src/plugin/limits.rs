@@ -25,6 +25,10 @@ pub struct SandboxLimits {
     /// Check guest SQL before it runs (docs/security.md). Off only to measure
     /// what the check costs; never in production.
     pub check_sql: bool,
+    /// Keep a guest's instance for its next message instead of instantiating
+    /// afresh (`--reuse-instance`, docs/plugins.md): its globals and heap carry
+    /// over; an instance whose message failed in any way is discarded.
+    pub reuse_instance: bool,
 }
 
 impl Default for SandboxLimits {
@@ -36,6 +40,7 @@ impl Default for SandboxLimits {
             max_stack_bytes: 512 << 10,
             output_bytes: 256 << 10,
             check_sql: true,
+            reuse_instance: false,
         }
     }
 }

@@ -38,6 +38,34 @@ pub struct Plugin {
     /// The `handle` export, called with an event borrowed from the message.
     pub(super) handle_export: ComponentExportIndex,
     pub(super) runtime: Runtime,
+    /// Instances kept for their next message (`--reuse-instance`), at most one
+    /// per message handled at once.
+    pub(super) idle: std::sync::Mutex<Vec<Reusable>>,
+}
+
+/// An instance whose message succeeded, with its store, kept for the next one.
+pub(super) struct Reusable {
+    pub store: wasmtime::Store<GuestState>,
+    pub instance: wasmtime::component::Instance,
+}
+
+impl Plugin {
+    pub(super) fn idle_instance(&self) -> Option<Reusable> {
+        if !self.runtime.limits.reuse_instance {
+            return None;
+        }
+        self.idle
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .pop()
+    }
+
+    pub(super) fn keep_instance(&self, reusable: Reusable) {
+        self.idle
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(reusable);
+    }
 }
 
 impl std::fmt::Debug for Plugin {
@@ -124,6 +152,7 @@ impl Plugin {
             pre,
             handle_export,
             runtime: runtime.clone(),
+            idle: std::sync::Mutex::default(),
         })
     }
 

@@ -12,6 +12,7 @@ mod event;
 mod handle;
 mod limits;
 mod loader;
+mod output;
 mod runtime;
 mod sql_checks;
 mod sql_guard;

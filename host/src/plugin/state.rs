@@ -2,12 +2,12 @@ use std::sync::Arc;
 
 use wasmtime::component::ResourceTable;
 use wasmtime::ResourceLimiter;
-use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
 use super::clock::GuestClock;
 use super::db_session::DbSession;
 use super::limits::{SandboxLimits, MAX_TABLE_ELEMENTS};
+use super::output::GuestOutput;
 use super::sql_checks::CheckedStatements;
 use crate::inbox::Tx;
 
@@ -19,16 +19,16 @@ pub(crate) struct GuestState {
     /// How long the guest has run, not counting its waits on `db` calls.
     pub clock: GuestClock,
     pub memory: MemoryCap,
-    pub stdout: MemoryOutputPipe,
-    pub stderr: MemoryOutputPipe,
+    pub stdout: GuestOutput,
+    pub stderr: GuestOutput,
     wasi: WasiCtx,
     table: ResourceTable,
 }
 
 impl GuestState {
     pub fn new(tx: Option<Tx>, limits: &SandboxLimits, statements: Arc<CheckedStatements>) -> Self {
-        let stdout = MemoryOutputPipe::new(limits.output_bytes);
-        let stderr = MemoryOutputPipe::new(limits.output_bytes);
+        let stdout = GuestOutput::new(limits.output_bytes);
+        let stderr = GuestOutput::new(limits.output_bytes);
         // Deny-all: no preopened directories, no environment, no arguments, no
         // sockets, no name lookup. Clocks and random stay available: they reach
         // nothing outside the process (see docs/security.md).
@@ -49,6 +49,16 @@ impl GuestState {
             wasi,
             table: ResourceTable::new(),
         }
+    }
+}
+
+impl GuestState {
+    /// Readies the state of a reused instance for the next message: its
+    /// transaction, a clock from zero, and a session that knows nothing of the
+    /// previous message (the pipes were drained when it ended).
+    pub fn next_message(&mut self, tx: Tx) {
+        self.db.next_message(tx);
+        self.clock.restart();
     }
 }
 

@@ -19,14 +19,17 @@ pub const JS_PACKAGES: &[&str] = &[
 ];
 
 /// The folder of a toolchain named `name`, installed by `install` when it is
-/// not there yet. Concurrent builds wait for one another's install.
+/// not there yet or its program `tool` (a path inside it) went missing.
+/// Concurrent builds wait for one another's install.
 pub fn ensure(
     toolchains: &Path,
     name: &str,
+    tool: &str,
     install: impl FnOnce(&Path) -> anyhow::Result<()>,
 ) -> anyhow::Result<PathBuf> {
     let home = toolchains.join(name);
-    if home.join(".installed").is_file() {
+    let installed = || home.join(".installed").is_file() && home.join(tool).is_file();
+    if installed() {
         return Ok(home);
     }
     std::fs::create_dir_all(toolchains)
@@ -34,11 +37,11 @@ pub fn ensure(
     let lock = File::create(toolchains.join(format!("{name}.lock")))
         .with_context(|| format!("creating a lock in {}", toolchains.display()))?;
     lock.lock().context("waiting for another install")?;
-    if home.join(".installed").is_file() {
+    if installed() {
         return Ok(home);
     }
     if home.exists() {
-        // A half-finished install (interrupted): start over.
+        // A half-finished or damaged install: start over.
         std::fs::remove_dir_all(&home).with_context(|| format!("removing {}", home.display()))?;
     }
     eprintln!("installing {name} into {} (once)", home.display());

@@ -16,23 +16,26 @@ pub fn build(
     toolchains: &Path,
     language: Language,
 ) -> anyhow::Result<()> {
-    let prefix = install::ensure(toolchains, "componentize-js-0.23.0", |home| {
-        install::npm_prefix(home, JS_PACKAGES)
-    })?;
+    let prefix = install::ensure(
+        toolchains,
+        "componentize-js-0.23.0",
+        "node_modules/.bin/componentize-js",
+        |home| install::npm_prefix(home, JS_PACKAGES),
+    )?;
     let bin = prefix.join("node_modules/.bin");
-    let scratch = tempfile::tempdir()?;
-    let (wit_file, wit_text) = sources::WIT;
-    sources::write_all(&scratch.path().join("wit"), &[(wit_file, wit_text)])?;
-    sources::write_all(&scratch.path().join("sdk"), sources::JS_SDK)?;
-    let sdk = scratch.path().join("sdk/inbox-guest");
+    let sources = sources::unpacked(toolchains)?;
+    let sdk = sources.join("js/inbox-guest");
     let handler = dir
         .join(match language {
             Language::TypeScript => "handler.ts",
             _ => "handler.js",
         })
         .canonicalize()?;
+    // Named by the plugin's folder, not random: the bundle records its paths,
+    // and the same plugin should build to the same bytes.
+    let (scratch, _lock) = super::work_dir(toolchains, &handler)?;
     if language == Language::TypeScript {
-        let config = scratch.path().join("tsconfig.json");
+        let config = scratch.join("tsconfig.json");
         let settings = serde_json::json!({
             "compilerOptions": {
                 "strict": true, "noEmit": true, "target": "es2022", "module": "es2022",
@@ -45,7 +48,7 @@ pub fn build(
         super::run(Command::new(bin.join("tsc")).arg("--project").arg(&config))?;
     }
     // The component's export: the SDK wraps the plugin's `handle`.
-    let entry = scratch.path().join("entry.js");
+    let entry = scratch.join("entry.js");
     std::fs::write(
         &entry,
         format!(
@@ -55,21 +58,35 @@ pub fn build(
             handler = serde_json::Value::from(handler.to_string_lossy()),
         ),
     )?;
-    let bundle = scratch.path().join("bundle.js");
+    let bundle = scratch.join("bundle.js");
     super::run(
         Command::new(bin.join("esbuild"))
             .arg(&entry)
-            .args(["--bundle", "--format=esm", "--platform=neutral", "--log-level=warning"])
+            .args([
+                "--bundle",
+                "--format=esm",
+                "--platform=neutral",
+                "--log-level=warning",
+            ])
             .arg("--external:inbox:host/*")
-            .arg(format!("--alias:inbox-guest={}", sdk.join("index.js").display()))
+            .arg(format!(
+                "--alias:inbox-guest={}",
+                sdk.join("index.js").display()
+            ))
             .arg(format!("--outfile={}", bundle.display())),
     )?;
     super::run(
         Command::new(bin.join("componentize-js"))
             .arg(&bundle)
             .arg("--wit")
-            .arg(scratch.path().join("wit"))
-            .args(["--world-name", "handler", "--disable", "http", "fetch-event"])
+            .arg(sources.join("wit"))
+            .args([
+                "--world-name",
+                "handler",
+                "--disable",
+                "http",
+                "fetch-event",
+            ])
             .arg("--out")
             .arg(output),
     )

@@ -100,8 +100,27 @@ pub fn build(dir: &Path, output: &Path, toolchains: &Path) -> anyhow::Result<Lan
             javascript::build(dir, output, toolchains, language)
         }
     }
-    .with_context(|| format!("building the {} plugin in {}", language.name(), dir.display()))?;
+    .with_context(|| {
+        format!(
+            "building the {} plugin in {}",
+            language.name(),
+            dir.display()
+        )
+    })?;
     Ok(language)
+}
+
+/// A working folder for building `source`, the same one every time, locked
+/// for this build (concurrent builds of one plugin wait for each other).
+fn work_dir(toolchains: &Path, source: &Path) -> anyhow::Result<(PathBuf, std::fs::File)> {
+    use sha2::{Digest, Sha256};
+    let key = hex::encode(Sha256::digest(source.to_string_lossy().as_bytes()));
+    let dir = toolchains.join("builds").join(&key[..16]);
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let lock = std::fs::File::create(dir.join(".lock"))?;
+    lock.lock()
+        .context("waiting for another build of the same plugin")?;
+    Ok((dir, lock))
 }
 
 /// Runs a toolchain command; its output goes to the user's terminal. A

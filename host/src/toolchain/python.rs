@@ -10,22 +10,24 @@ use super::sources;
 
 pub fn build(dir: &Path, output: &Path, toolchains: &Path) -> anyhow::Result<()> {
     let name = COMPONENTIZE_PY.replace("==", "-");
-    let venv = install::ensure(toolchains, &name, |home| {
+    let venv = install::ensure(toolchains, &name, "bin/componentize-py", |home| {
         install::python_venv(home, &[COMPONENTIZE_PY])
     })?;
-    let scratch = tempfile::tempdir()?;
-    let (wit_file, wit_text) = sources::WIT;
-    sources::write_all(&scratch.path().join("wit"), &[(wit_file, wit_text)])?;
-    sources::write_all(&scratch.path().join("sdk"), sources::PYTHON_SDK)?;
+    let sources = sources::unpacked(toolchains)?;
     super::run(
         Command::new(venv.join("bin/componentize-py"))
             .arg("--wit-path")
-            .arg(scratch.path().join("wit"))
-            .args(["--world", "handler", "componentize", "inbox_guest._component"])
+            .arg(sources.join("wit"))
+            .args([
+                "--world",
+                "handler",
+                "componentize",
+                "inbox_guest._component",
+            ])
             .arg("--python-path")
             .arg(dir)
             .arg("--python-path")
-            .arg(scratch.path().join("sdk"))
+            .arg(sources.join("python"))
             .arg("--output")
             .arg(output),
     )

@@ -36,8 +36,9 @@ pub fn build(dir: &Path, output: &Path) -> anyhow::Result<()> {
     }
     match built.as_slice() {
         [component] => {
-            std::fs::copy(component, output)
-                .with_context(|| format!("copying {} to {}", component.display(), output.display()))?;
+            std::fs::copy(component, output).with_context(|| {
+                format!("copying {} to {}", component.display(), output.display())
+            })?;
             Ok(())
         }
         [] => bail!(
@@ -45,7 +46,11 @@ pub fn build(dir: &Path, output: &Path) -> anyhow::Result<()> {
         ),
         several => bail!(
             "cargo built several components ({}): build one plugin crate per folder",
-            several.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
+            several
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
         ),
     }
 }
@@ -82,7 +87,10 @@ mod tests {
     fn only_the_cdylib_wasm_of_an_artifact_message_counts() {
         let cdylib = r#"{"reason":"compiler-artifact","target":{"kind":["cdylib"]},"filenames":["/t/billing.wasm","/t/billing.d"]}"#;
         let lib = r#"{"reason":"compiler-artifact","target":{"kind":["lib"]},"filenames":["/t/libserde.rlib"]}"#;
-        assert_eq!(components_in(cdylib), vec![std::path::PathBuf::from("/t/billing.wasm")]);
+        assert_eq!(
+            components_in(cdylib),
+            vec![std::path::PathBuf::from("/t/billing.wasm")]
+        );
         assert!(components_in(lib).is_empty());
         assert!(components_in("Compiling x").is_empty());
     }

@@ -22,7 +22,10 @@ pub fn scaffold(language: Language, dir: &Path) -> anyhow::Result<()> {
             .next()
             .is_some()
     {
-        bail!("{} is not empty: `new` only writes into a new or empty folder", dir.display());
+        bail!(
+            "{} is not empty: `new` only writes into a new or empty folder",
+            dir.display()
+        );
     }
     let name = dir
         .file_name()
@@ -35,7 +38,10 @@ pub fn scaffold(language: Language, dir: &Path) -> anyhow::Result<()> {
     match language {
         Language::Rust => {
             files.push(("Cargo.toml".into(), cargo_toml(&name)));
-            files.push(("src/lib.rs".into(), RUST_HANDLER.replace("{INSERT}", INSERT)));
+            files.push((
+                "src/lib.rs".into(),
+                RUST_HANDLER.replace("{INSERT}", INSERT),
+            ));
             let (wit_file, wit_text) = sources::WIT;
             files.push((format!("wit/{wit_file}"), wit_text.into()));
             for (path, text) in sources::RUST_SDK {
@@ -43,7 +49,10 @@ pub fn scaffold(language: Language, dir: &Path) -> anyhow::Result<()> {
             }
         }
         Language::Python => {
-            files.push(("handler.py".into(), PYTHON_HANDLER.replace("{INSERT}", INSERT)));
+            files.push((
+                "handler.py".into(),
+                PYTHON_HANDLER.replace("{INSERT}", INSERT),
+            ));
         }
         Language::JavaScript => {
             files.push(("handler.js".into(), JS_HANDLER.replace("{INSERT}", INSERT)));
@@ -52,7 +61,10 @@ pub fn scaffold(language: Language, dir: &Path) -> anyhow::Result<()> {
             files.push(("handler.ts".into(), TS_HANDLER.replace("{INSERT}", INSERT)));
         }
     }
-    let borrowed: Vec<(&str, &str)> = files.iter().map(|(p, t)| (p.as_str(), t.as_str())).collect();
+    let borrowed: Vec<(&str, &str)> = files
+        .iter()
+        .map(|(p, t)| (p.as_str(), t.as_str()))
+        .collect();
     sources::write_all(dir, &borrowed)
 }
 

@@ -2,9 +2,10 @@
 //! installed `inbox-host` builds plugins without this repository: the WIT world
 //! and the Python and JavaScript SDKs.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::Context;
+use sha2::{Digest, Sha256};
 
 /// `wit/inbox.wit`.
 pub const WIT: (&str, &str) = ("inbox.wit", include_str!("../../../wit/inbox.wit"));
@@ -69,6 +70,37 @@ pub const RUST_SDK: &[(&str, &str)] = &[
         include_str!("../../../guest-sdk/src/event.rs"),
     ),
 ];
+
+/// The WIT (`wit/`) and the SDKs (`python/`, `js/`) unpacked under
+/// `toolchains`, at a path named by their content: builds read them from the
+/// same place every time, so the same plugin builds to the same bytes (the
+/// toolchains record source paths) and a new host never reads stale SDKs.
+pub fn unpacked(toolchains: &Path) -> anyhow::Result<PathBuf> {
+    let layout: [(&str, &[(&str, &str)]); 3] =
+        [("wit", &[WIT]), ("python", PYTHON_SDK), ("js", JS_SDK)];
+    let mut digest = Sha256::new();
+    for (folder, files) in &layout {
+        for (path, text) in *files {
+            digest.update(format!("{folder}/{path}\n{}\n", text.len()));
+            digest.update(text);
+        }
+    }
+    let root = toolchains.join(format!("sources-{}", &hex::encode(digest.finalize())[..16]));
+    if root.is_dir() {
+        return Ok(root);
+    }
+    std::fs::create_dir_all(toolchains)
+        .with_context(|| format!("creating {}", toolchains.display()))?;
+    let staging = tempfile::tempdir_in(toolchains)?;
+    for (folder, files) in &layout {
+        write_all(&staging.path().join(folder), files)?;
+    }
+    // Another build may have unpacked the same files meanwhile: either copy will do.
+    if std::fs::rename(staging.path(), &root).is_err() && !root.is_dir() {
+        anyhow::bail!("could not unpack the SDKs into {}", root.display());
+    }
+    Ok(root)
+}
 
 /// Writes `files` (relative path, text) under `root`.
 pub fn write_all(root: &Path, files: &[(&str, &str)]) -> anyhow::Result<()> {
