@@ -16,14 +16,13 @@ use std::time::{Duration, Instant};
 
 use inbox_host::app::NativeBilling;
 use inbox_host::embedded::{Durability, LocalBroker};
-use inbox_host::inbox::{self, Handler, Message, Outcome, Runner, RunnerSettings, Strategy};
 use inbox_host::kafka::{self, OutgoingRecord};
 use inbox_host::plugin::{Plugin, Runtime, SandboxLimits};
+use inbox_host_tests::bench::{in_process, median, PARTITIONS};
 use inbox_host_tests::host::Host;
-use inbox_host_tests::{order, plugin, unique, TestDb};
+use inbox_host_tests::{plugin, unique, TestDb};
 
 const ROUNDS: usize = 3;
-const PARTITIONS: i32 = 6;
 
 /// One way of running the consume path.
 struct Mode {
@@ -77,8 +76,8 @@ fn main() {
             for round in 0..5 {
                 let tag = format!("p{round}");
                 let rate = match which.as_str() {
-                    "native" => in_process(&db, &native, &MODES[2], messages, &tag).await,
-                    _ => in_process(&db, &wasm, &MODES[2], messages, &tag).await,
+                    "native" => in_process(&db, &native, MODES[2].batch_max, MODES[2].concurrency, messages, &tag).await,
+                    _ => in_process(&db, &wasm, MODES[2].batch_max, MODES[2].concurrency, messages, &tag).await,
                 };
                 println!("{which} in process, batch mode: {rate:.0} msg/s");
             }
@@ -93,11 +92,11 @@ fn main() {
         for round in 0..ROUNDS {
             for (m, mode) in MODES.iter().enumerate() {
                 e2e[m].push(end_to_end(&db, &broker, mode, messages).await);
-                ceiling[m].push(in_process(&db, &native, mode, messages, &format!("c{round}-{m}")).await);
+                ceiling[m].push(in_process(&db, &native, mode.batch_max, mode.concurrency, messages, &format!("c{round}-{m}")).await);
             }
             let batch = &MODES[2];
-            wasm_batch.push(in_process(&db, &wasm, batch, messages, &format!("w{round}")).await);
-            native_batch.push(in_process(&db, &native, batch, messages, &format!("n{round}")).await);
+            wasm_batch.push(in_process(&db, &wasm, batch.batch_max, batch.concurrency, messages, &format!("w{round}")).await);
+            native_batch.push(in_process(&db, &native, batch.batch_max, batch.concurrency, messages, &format!("n{round}")).await);
             eprintln!("round {} of {ROUNDS} done", round + 1);
         }
 
@@ -138,21 +137,6 @@ fn main() {
         let (cold, warm) = (load_and_check_ms_once(&cached).await, load_and_check_ms(&cached).await);
         println!("with the compile cache: the first load {cold:.0} ms, loads from the cache {warm:.0} ms (median of 5)");
     });
-}
-
-fn runner(db: &TestDb, group: &str) -> Runner {
-    Runner::new(
-        db.pool.clone(),
-        RunnerSettings {
-            group: group.into(),
-            worker_id: "bench".into(),
-            strategy: Strategy::ExactlyOnceInbox,
-            lock_timeout: Duration::from_secs(2),
-            statement_timeout: Duration::from_secs(10),
-            transaction_timeout: Duration::from_secs(30),
-            guest_role: Some(inbox::DEFAULT_GUEST_ROLE.into()),
-        },
-    )
 }
 
 /// The release binary against a fresh topic holding `messages` orders, timed
@@ -242,43 +226,6 @@ async fn end_to_end(db: &TestDb, broker: &LocalBroker, mode: &Mode, messages: us
 /// The runner alone, no Kafka: `PARTITIONS` tasks side by side on the runtime's
 /// worker threads (at most `concurrency` transactions at once), each taking its
 /// share of the records in batches of `batch_max`, as the partition workers do.
-async fn in_process<H: Handler + Send + Sync + 'static>(
-    db: &TestDb,
-    handler: &Arc<H>,
-    mode: &Mode,
-    messages: usize,
-    tag: &str,
-) -> f64 {
-    let runner = runner(db, tag);
-    let permits = Arc::new(tokio::sync::Semaphore::new(mode.concurrency));
-    let per_partition = messages / PARTITIONS as usize;
-    let batch_max = mode.batch_max;
-    let started = Instant::now();
-    let lanes: Vec<_> = (0..PARTITIONS)
-        .map(|p| {
-            let (runner, permits, handler) = (runner.clone(), permits.clone(), handler.clone());
-            let orders: Vec<Message> = (0..per_partition)
-                .map(|i| order(&format!("{tag}-{p}-{i}"), 1))
-                .collect();
-            tokio::spawn(async move {
-                for chunk in orders.chunks(batch_max) {
-                    let _permit = permits.acquire().await.expect("permit");
-                    let batch: Vec<&Message> = chunk.iter().collect();
-                    let outcomes = runner.process_batch(&batch, &*handler).await;
-                    assert!(
-                        outcomes.iter().all(|o| *o == Outcome::Processed),
-                        "{outcomes:?}"
-                    );
-                }
-            })
-        })
-        .collect();
-    for lane in lanes {
-        lane.await.expect("lane");
-    }
-    (per_partition * PARTITIONS as usize) as f64 / started.elapsed().as_secs_f64()
-}
-
 /// Records per second of billing's INSERT in batches of 100 on 6 connections,
 /// without and with a savepoint around each record: what a batch would pay on
 /// every record to survive a failure without replaying the records before it.
@@ -384,10 +331,4 @@ async fn load_and_check_ms_once(runtime: &Runtime) -> f64 {
     let plugin = Plugin::load(runtime, &plugin("billing")).expect("billing.wasm");
     plugin.check_instantiation().await.expect("instantiates");
     started.elapsed().as_secs_f64() * 1e3
-}
-
-fn median(values: &[f64]) -> f64 {
-    let mut v = values.to_vec();
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
 }

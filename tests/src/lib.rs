@@ -9,6 +9,7 @@ use inbox_host::embedded::{Durability, TempPostgres};
 use inbox_host::inbox::{self, Handler, HandlerError, Message, Tx};
 use sqlx::postgres::PgPool;
 
+pub mod bench;
 pub mod host;
 pub mod otlp;
 pub mod stage;

@@ -1,0 +1,72 @@
+//! What the benchmarks share: the runner they drive in process, and medians.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use inbox_host::inbox::{self, Handler, Message, Outcome, Runner, RunnerSettings, Strategy};
+
+use crate::{order, TestDb};
+
+/// Partitions every benchmark spreads its records over.
+pub const PARTITIONS: i32 = 6;
+
+pub fn runner(db: &TestDb, group: &str) -> Runner {
+    Runner::new(
+        db.pool.clone(),
+        RunnerSettings {
+            group: group.into(),
+            worker_id: "bench".into(),
+            strategy: Strategy::ExactlyOnceInbox,
+            lock_timeout: Duration::from_secs(2),
+            statement_timeout: Duration::from_secs(10),
+            transaction_timeout: Duration::from_secs(30),
+            guest_role: Some(inbox::DEFAULT_GUEST_ROLE.into()),
+        },
+    )
+}
+
+/// Records per second through the runner, no Kafka: `messages` orders over
+/// 6 partitions as tasks side by side, in batches of `batch_max`, at most
+/// `concurrency` batches at once. `tag` keeps each round's message ids apart.
+pub async fn in_process<H: Handler + Send + Sync + 'static>(
+    db: &TestDb,
+    handler: &Arc<H>,
+    batch_max: usize,
+    concurrency: usize,
+    messages: usize,
+    tag: &str,
+) -> f64 {
+    let runner = runner(db, tag);
+    let permits = Arc::new(tokio::sync::Semaphore::new(concurrency));
+    let per_partition = messages / PARTITIONS as usize;
+    let started = Instant::now();
+    let lanes: Vec<_> = (0..PARTITIONS)
+        .map(|p| {
+            let (runner, permits, handler) = (runner.clone(), permits.clone(), handler.clone());
+            let orders: Vec<Message> = (0..per_partition)
+                .map(|i| order(&format!("{tag}-{p}-{i}"), 1))
+                .collect();
+            tokio::spawn(async move {
+                for chunk in orders.chunks(batch_max) {
+                    let _permit = permits.acquire().await.expect("permit");
+                    let batch: Vec<&Message> = chunk.iter().collect();
+                    let outcomes = runner.process_batch(&batch, &*handler).await;
+                    assert!(
+                        outcomes.iter().all(|o| *o == Outcome::Processed),
+                        "{outcomes:?}"
+                    );
+                }
+            })
+        })
+        .collect();
+    for lane in lanes {
+        lane.await.expect("lane");
+    }
+    (per_partition * PARTITIONS as usize) as f64 / started.elapsed().as_secs_f64()
+}
+
+pub fn median(values: &[f64]) -> f64 {
+    let mut v = values.to_vec();
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
