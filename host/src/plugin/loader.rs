@@ -255,9 +255,9 @@ fn unprovided_imports(bytes: &[u8]) -> Vec<String> {
                 for import in imports.into_iter().flatten() {
                     // Plain names (`event`, a world's own types) are the
                     // linker's to check; interfaces are `package:name/interface`.
-                    let name = import.name.full_name();
-                    if name.contains(':') && !is_provided(&name) {
-                        missing.push(name.into_owned());
+                    let name = import.name.name;
+                    if name.contains(':') && !is_provided(name) {
+                        missing.push(name.to_owned());
                     }
                 }
             }

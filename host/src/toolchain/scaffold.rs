@@ -56,9 +56,11 @@ pub fn scaffold(language: Language, dir: &Path) -> anyhow::Result<()> {
         }
         Language::JavaScript => {
             files.push(("handler.js".into(), JS_HANDLER.replace("{INSERT}", INSERT)));
+            files.extend(editor_types(true));
         }
         Language::TypeScript => {
             files.push(("handler.ts".into(), TS_HANDLER.replace("{INSERT}", INSERT)));
+            files.extend(editor_types(false));
         }
     }
     let borrowed: Vec<(&str, &str)> = files
@@ -66,6 +68,30 @@ pub fn scaffold(language: Language, dir: &Path) -> anyhow::Result<()> {
         .map(|(p, t)| (p.as_str(), t.as_str()))
         .collect();
     sources::write_all(dir, &borrowed)
+}
+
+/// The SDK's types and a `tsconfig.json` pointing `inbox-guest` at them, so an
+/// editor checks the handler as `build` will (`build` uses its own copy).
+fn editor_types(javascript: bool) -> Vec<(String, String)> {
+    let (_, types) = sources::JS_SDK
+        .iter()
+        .find(|(path, _)| path.ends_with(".d.ts"))
+        .expect("the SDK has types");
+    let config = serde_json::json!({
+        "compilerOptions": {
+            "strict": true, "noEmit": true, "target": "es2022", "module": "es2022",
+            "moduleResolution": "bundler", "checkJs": javascript, "allowJs": javascript,
+            "paths": { "inbox-guest": ["./inbox-guest.d.ts"] },
+        },
+        "include": [if javascript { "handler.js" } else { "handler.ts" }],
+    });
+    vec![
+        ("inbox-guest.d.ts".into(), (*types).into()),
+        (
+            "tsconfig.json".into(),
+            serde_json::to_string_pretty(&config).expect("JSON") + "\n",
+        ),
+    ]
 }
 
 fn readme(language: Language, name: &str) -> String {
