@@ -123,15 +123,23 @@ fn work_dir(toolchains: &Path, source: &Path) -> anyhow::Result<(PathBuf, std::f
     Ok((dir, lock))
 }
 
-/// Runs a toolchain command; its output goes to the user's terminal. A
-/// failure names the command.
+/// Runs a toolchain command; its output (and its own error messages) go to
+/// the user's terminal. A failure names the program.
 fn run(command: &mut std::process::Command) -> anyhow::Result<()> {
-    let shown = format!("{command:?}");
+    let program = Path::new(command.get_program()).file_name().map_or_else(
+        || "the toolchain".into(),
+        |n| n.to_string_lossy().into_owned(),
+    );
+    // A Rust backtrace from componentize-py would bury the one line that
+    // says what is wrong with the plugin.
+    command
+        .env("RUST_BACKTRACE", "0")
+        .env("RUST_LIB_BACKTRACE", "0");
     let status = command
         .status()
-        .with_context(|| format!("could not start {shown}"))?;
+        .with_context(|| format!("could not start {program} ({command:?})"))?;
     if !status.success() {
-        bail!("{shown} failed ({status})");
+        bail!("{program} failed ({status}); what it said is above");
     }
     Ok(())
 }
