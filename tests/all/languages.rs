@@ -22,8 +22,9 @@ async fn built(folder: &'static str) -> PathBuf {
 }
 
 /// 30 orders and one record that is not JSON: the orders become invoices, the
-/// bad record a dead letter saying why, and every offset is committed.
-async fn billing_through_the_binary(folder: &'static str) {
+/// bad record a dead letter saying why, and every offset is committed. `extra`:
+/// more flags for the host.
+async fn billing_through_the_binary(folder: &'static str, extra: &[&str]) {
     let plugin = built(folder).await;
     let stage = Stage::new(3).await;
     let mut records: Vec<_> = (0..30)
@@ -31,7 +32,7 @@ async fn billing_through_the_binary(folder: &'static str) {
         .collect();
     records.push(stage.record("not-an-order", Some(0), "{ this is not json"));
     stage.produce(records).await;
-    let host = stage.spawn_host(&plugin, &[]);
+    let host = stage.spawn_host(&plugin, extra);
     wait_until("every record committed", LONG, || async {
         stage.committed_total(3).await == 31
     })
@@ -66,19 +67,21 @@ async fn billing_through_the_binary(folder: &'static str) {
     drop(host);
 }
 
+/// With instances reused: the bad record's failure discards its instance and
+/// the orders after it are still handled.
 #[tokio::test(flavor = "multi_thread")]
-async fn python_billing_processes_orders_through_the_binary() {
-    billing_through_the_binary("billing-py").await;
+async fn python_billing_processes_orders_through_the_binary_reusing_instances() {
+    billing_through_the_binary("billing-py", &["--reuse-instance"]).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn javascript_billing_processes_orders_through_the_binary() {
-    billing_through_the_binary("billing-js").await;
+    billing_through_the_binary("billing-js", &[]).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn typescript_billing_processes_orders_through_the_binary() {
-    billing_through_the_binary("billing-ts").await;
+    billing_through_the_binary("billing-ts", &[]).await;
 }
 
 /// The sandbox twin in `folder`, loaded in process under `limits`, compiled

@@ -72,7 +72,7 @@ pub fn npm_prefix(home: &Path, packages: &[&str]) -> anyhow::Result<()> {
     std::fs::create_dir_all(home).with_context(|| format!("creating {}", home.display()))?;
     super::run(
         Command::new("npm")
-            .args(["install", "--no-audit", "--no-fund", "--silent", "--prefix"])
+            .args(["install", "--no-audit", "--no-fund", "--loglevel=error", "--prefix"])
             .arg(home)
             .args(packages),
     )
