@@ -18,6 +18,23 @@ pub const JS_PACKAGES: &[&str] = &[
     "typescript@5.9.3",
 ];
 
+/// A toolchain folder's name spelling out its pinned packages
+/// (`componentize-js-0.23.0+esbuild-0.25.12+…`), so changing a pin installs
+/// afresh instead of reusing an install of other versions.
+pub fn name_of(packages: &[&str]) -> String {
+    packages
+        .iter()
+        .map(|p| {
+            p.rsplit('/')
+                .next()
+                .unwrap_or(p)
+                .replace("==", "-")
+                .replace('@', "-")
+        })
+        .collect::<Vec<_>>()
+        .join("+")
+}
+
 /// The folder of a toolchain named `name`, installed by `install` when it is
 /// not there yet or its program `tool` (a path inside it) went missing.
 /// Concurrent builds wait for one another's install.
@@ -77,4 +94,24 @@ pub fn npm_prefix(home: &Path, packages: &[&str]) -> anyhow::Result<()> {
             .args(packages),
     )
     .context("JavaScript and TypeScript plugins are built with npm packages: install Node.js 20 or later with npm")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::name_of;
+
+    #[test]
+    fn a_toolchain_folder_names_every_pinned_version() {
+        assert_eq!(
+            name_of(&["componentize-py==0.25.1"]),
+            "componentize-py-0.25.1"
+        );
+        assert_eq!(
+            name_of(&[
+                "@bytecodealliance/componentize-js@0.23.0",
+                "esbuild@0.25.12"
+            ]),
+            "componentize-js-0.23.0+esbuild-0.25.12"
+        );
+    }
 }

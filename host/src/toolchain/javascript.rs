@@ -18,7 +18,7 @@ pub fn build(
 ) -> anyhow::Result<()> {
     let prefix = install::ensure(
         toolchains,
-        "componentize-js-0.23.0",
+        &install::name_of(JS_PACKAGES),
         "node_modules/.bin/componentize-js",
         |home| install::npm_prefix(home, JS_PACKAGES),
     )?;

@@ -9,7 +9,7 @@ use super::install::{self, COMPONENTIZE_PY};
 use super::sources;
 
 pub fn build(dir: &Path, output: &Path, toolchains: &Path) -> anyhow::Result<()> {
-    let name = COMPONENTIZE_PY.replace("==", "-");
+    let name = install::name_of(&[COMPONENTIZE_PY]);
     let venv = install::ensure(toolchains, &name, "bin/componentize-py", |home| {
         install::python_venv(home, &[COMPONENTIZE_PY])
     })?;
