@@ -133,6 +133,27 @@ fn a_component_importing_wasi_http_is_told_which_import_and_how_to_drop_it() {
 }
 
 #[test]
+fn a_component_using_the_async_abi_is_told_to_build_with_sync() {
+    // What componentize-qjs builds by default: a component using the component
+    // model's async ABI (here reduced to one async built-in).
+    let component = wat::parse_str(
+        r#"(component
+            (core func $cancel (canon task.cancel))
+        )"#,
+    )
+    .expect("component text");
+    let path = std::env::temp_dir().join(format!("async-abi-{}.wasm", std::process::id()));
+    std::fs::write(&path, component).expect("write component");
+    let (ok, _, stderr) = check(&path);
+    let _ = std::fs::remove_file(&path);
+    assert!(!ok);
+    assert!(
+        stderr.contains("async") && stderr.contains("build with `--sync`"),
+        "{stderr}"
+    );
+}
+
+#[test]
 fn a_missing_file_is_refused_with_the_path() {
     let (ok, _, stderr) = check(std::path::Path::new("/nonexistent/billing.wasm"));
     assert!(!ok);
