@@ -51,9 +51,7 @@ impl DbSession {
             clock,
         }
     }
-}
 
-impl DbSession {
     /// Binds the session to the next message's transaction, forgetting what the
     /// previous message's statements did (a reused instance).
     pub fn next_message(&mut self, tx: Tx) {
