@@ -9,18 +9,21 @@
 //!
 //! `scripts/bench` (builds the release binary, then `cargo bench -p inbox-host-tests`).
 //! BENCH_MESSAGES=n sets the records per round (default 10,000); BENCH_PROFILE=wasm
-//! (or native) runs only that handler in process in batch mode, a steady load to profile.
+//! (or native) runs only that handler in process in batch mode, a steady load to profile;
+//! BENCH_PROFILE=wasm-call (or native-call) calls it one message after another; e2e runs
+//! the binary in batch mode (profile it with `perf record -p $(pgrep -n inbox-host)`).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use inbox_host::app::NativeBilling;
 use inbox_host::embedded::{Durability, LocalBroker};
+use inbox_host::inbox::Handler;
 use inbox_host::kafka::{self, OutgoingRecord};
 use inbox_host::plugin::{Plugin, Runtime, SandboxLimits};
-use inbox_host_tests::bench::{in_process, median, PARTITIONS};
+use inbox_host_tests::bench::{in_process, median, settle, PARTITIONS};
 use inbox_host_tests::host::Host;
-use inbox_host_tests::{plugin, unique, TestDb};
+use inbox_host_tests::{order, plugin, unique, TestDb};
 
 const ROUNDS: usize = 3;
 
@@ -72,14 +75,20 @@ fn main() {
         let wasm = Arc::new(Plugin::load(&runtime, &plugin("billing")).expect("billing.wasm"));
         let native = Arc::new(NativeBilling::default());
         if let Ok(which) = std::env::var("BENCH_PROFILE") {
-            // One handler in batch mode, in process: a steady load to profile.
+            // A steady load to profile: one handler, in batch mode through the
+            // runner or (`wasm-call`, `native-call`) called one message after another.
             for round in 0..5 {
                 let tag = format!("p{round}");
+                let cpu = cpu_seconds(std::process::id() as i32);
                 let rate = match which.as_str() {
+                    "e2e" => end_to_end(&db, &broker, &MODES[2], messages).await.per_second,
                     "native" => in_process(&db, &native, MODES[2].batch_max, MODES[2].concurrency, messages, &tag).await,
+                    "native-call" => handler_call_cost(&db, &*native, messages, &tag).await.0,
+                    "wasm-call" => handler_call_cost(&db, &*wasm, messages, &tag).await.0,
                     _ => in_process(&db, &wasm, MODES[2].batch_max, MODES[2].concurrency, messages, &tag).await,
                 };
-                println!("{which} in process, batch mode: {rate:.0} msg/s");
+                let cpu = (cpu_seconds(std::process::id() as i32) - cpu) * 1e6 / messages as f64;
+                println!("{which}: {rate:.0} msg/s, {cpu:.1} µs of CPU per message");
             }
             return;
         }
@@ -90,13 +99,28 @@ fn main() {
         let mut ceiling: Vec<Vec<f64>> = MODES.iter().map(|_| Vec::new()).collect();
         let (mut wasm_batch, mut native_batch) = (Vec::new(), Vec::new());
         for round in 0..ROUNDS {
+            // Each pair runs in both orders across rounds, every run on a settled database.
+            let flip = round % 2 == 1;
             for (m, mode) in MODES.iter().enumerate() {
-                e2e[m].push(end_to_end(&db, &broker, mode, messages).await);
-                ceiling[m].push(in_process(&db, &native, mode.batch_max, mode.concurrency, messages, &format!("c{round}-{m}")).await);
+                let ceiling_tag = format!("c{round}-{m}");
+                for first in [!flip, flip] {
+                    settle(&db).await;
+                    if first {
+                        e2e[m].push(end_to_end(&db, &broker, mode, messages).await);
+                    } else {
+                        ceiling[m].push(in_process(&db, &native, mode.batch_max, mode.concurrency, messages, &ceiling_tag).await);
+                    }
+                }
             }
             let batch = &MODES[2];
-            wasm_batch.push(in_process(&db, &wasm, batch.batch_max, batch.concurrency, messages, &format!("w{round}")).await);
-            native_batch.push(in_process(&db, &native, batch.batch_max, batch.concurrency, messages, &format!("n{round}")).await);
+            for wasm_now in [!flip, flip] {
+                settle(&db).await;
+                if wasm_now {
+                    wasm_batch.push(in_process(&db, &wasm, batch.batch_max, batch.concurrency, messages, &format!("w{round}")).await);
+                } else {
+                    native_batch.push(in_process(&db, &native, batch.batch_max, batch.concurrency, messages, &format!("n{round}")).await);
+                }
+            }
             eprintln!("round {} of {ROUNDS} done", round + 1);
         }
 
@@ -130,6 +154,14 @@ fn main() {
             savepoints / plain
         );
         println!("instantiate (store + instance of billing.wasm) p50: {:.1} µs", instantiate_p50(&wasm).await);
+        let calls = 5_000;
+        settle(&db).await;
+        let (_, wasm_call) = handler_call_cost(&db, &*wasm, calls, "call-w").await;
+        let (_, native_call) = handler_call_cost(&db, &*native, calls, "call-n").await;
+        println!(
+            "guest call overhead: billing.wasm {wasm_call:.1} µs of host CPU per message against native {native_call:.1} µs, {:.1} µs more ({calls} messages one after another on one transaction: fresh instance, call, the db import, teardown)",
+            wasm_call - native_call
+        );
         println!("statement check (libpg_query), uncached: {:.1} µs per statement; verdicts are cached per SQL text", statement_check_cost());
         println!("hot swap: compiling + checking + instantiating a new billing.wasm takes {:.0} ms (median of 5)", load_and_check_ms(&runtime).await);
         let cache = tempfile::tempdir().expect("cache dir");
@@ -175,25 +207,25 @@ async fn end_to_end(db: &TestDb, broker: &LocalBroker, mode: &Mode, messages: us
             &batch_max,
             "--concurrency",
             &concurrency,
+            "--status-addr",
+            "127.0.0.1:0",
         ],
         &[
             ("KAFKA_BROKERS", broker.bootstrap()),
             ("DATABASE_URL", &db.url),
-            ("RUST_LOG", "warn"),
+            ("RUST_LOG", "warn,inbox_host::app=info"),
         ],
     );
-    let handled = || async {
-        sqlx::query_scalar::<_, i64>(
-            "SELECT count(*) FROM inbox_host.inbox WHERE consumer_group = $1",
-        )
-        .bind(&topic)
-        .fetch_one(&db.pool)
-        .await
-        .expect("count") as usize
+    // Progress from the host's own counter: a count(*) over the inbox (no
+    // index on the group) every few milliseconds would cost PostgreSQL more
+    // CPU than the host it measures.
+    let handled = |host: &Host| {
+        host.metric_sum("inbox_host_messages_total", "outcome=\"processed\"")
+            .unwrap_or(0.0) as usize
     };
     let deadline = Instant::now() + Duration::from_secs(600);
     let (first_count, first, cpu_first) = loop {
-        let n = handled().await;
+        let n = handled(&host);
         if n > 0 {
             break (n, Instant::now(), cpu_seconds(host.pid()));
         }
@@ -204,7 +236,7 @@ async fn end_to_end(db: &TestDb, broker: &LocalBroker, mode: &Mode, messages: us
         );
         tokio::time::sleep(Duration::from_millis(5)).await;
     };
-    while handled().await < messages {
+    while handled(&host) < messages {
         assert!(
             Instant::now() < deadline && host.is_running(),
             "stalled:\n{}",
@@ -214,6 +246,16 @@ async fn end_to_end(db: &TestDb, broker: &LocalBroker, mode: &Mode, messages: us
     }
     let (last, cpu_last) = (Instant::now(), cpu_seconds(host.pid()));
     let peak_rss_mb = peak_rss_mb(host.pid());
+    let stored: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM inbox_host.inbox WHERE consumer_group = $1")
+            .bind(&topic)
+            .fetch_one(&db.pool)
+            .await
+            .expect("count");
+    assert_eq!(
+        stored as usize, messages,
+        "the host counted every record processed; the inbox must hold them all"
+    );
     assert!(host.stop(), "{}", host.log());
     let counted = (messages - first_count) as f64;
     Round {
@@ -268,6 +310,31 @@ async fn instantiate_p50(plugin: &Plugin) -> f64 {
         times.push(started.elapsed().as_secs_f64() * 1e6);
     }
     median(&times)
+}
+
+/// One handler called for `messages` orders one after another on one
+/// transaction (rolled back), no runner, no concurrency: records per second and
+/// the process's CPU µs per record.
+async fn handler_call_cost<H: Handler>(
+    db: &TestDb,
+    handler: &H,
+    messages: usize,
+    tag: &str,
+) -> (f64, f64) {
+    let orders: Vec<_> = (0..messages)
+        .map(|i| order(&format!("{tag}-{i}"), 1))
+        .collect();
+    let mut tx = db.pool.begin().await.expect("begin");
+    let (started, cpu) = (Instant::now(), cpu_seconds(std::process::id() as i32));
+    for message in &orders {
+        let (back, handled) = handler.handle(message, tx).await;
+        handled.expect("handled");
+        tx = back;
+    }
+    let cpu = (cpu_seconds(std::process::id() as i32) - cpu) * 1e6 / messages as f64;
+    let rate = messages as f64 / started.elapsed().as_secs_f64();
+    tx.rollback().await.expect("rollback");
+    (rate, cpu)
 }
 
 /// CPU seconds (user + system) the process has used so far.

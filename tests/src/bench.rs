@@ -65,6 +65,19 @@ pub async fn in_process<H: Handler + Send + Sync + 'static>(
     (per_partition * PARTITIONS as usize) as f64 / started.elapsed().as_secs_f64()
 }
 
+/// Brings PostgreSQL to the same state before every measured run: dirty pages
+/// written out and the tables the previous run grew vacuumed, so a checkpoint or
+/// an autovacuum it left behind does not land in the next run (whichever mode
+/// that is).
+pub async fn settle(db: &TestDb) {
+    for statement in ["CHECKPOINT", "VACUUM (ANALYZE) inbox_host.inbox, invoices"] {
+        sqlx::query(statement)
+            .execute(&db.pool)
+            .await
+            .unwrap_or_else(|e| panic!("{statement}: {e}"));
+    }
+}
+
 pub fn median(values: &[f64]) -> f64 {
     let mut v = values.to_vec();
     v.sort_by(f64::total_cmp);

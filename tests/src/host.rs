@@ -124,6 +124,20 @@ impl Host {
         })
     }
 
+    /// The sum of a labelled family's samples that carry `label` (such as
+    /// `outcome="processed"`) on its `/metrics`; `None` while it does not answer.
+    pub fn metric_sum(&self, family: &str, label: &str) -> Option<f64> {
+        let response = try_http_get(&self.listening_at()?, "/metrics")?;
+        let prefix = format!("{family}{{");
+        Some(
+            http_body(&response)
+                .lines()
+                .filter(|line| line.starts_with(&prefix) && line.contains(label))
+                .filter_map(|line| line.rsplit_once(' ')?.1.trim().parse::<f64>().ok())
+                .sum(),
+        )
+    }
+
     /// Whether its `/health/ready` answers 200: joined its group, database
     /// and brokers answering, nothing stalled.
     pub fn is_ready(&self) -> bool {
