@@ -32,23 +32,34 @@ struct Mode {
     name: &'static str,
     batch_max: usize,
     concurrency: usize,
+    /// `--reuse-instance`: an instance kept for the next message after a success.
+    reuse_instance: bool,
 }
 
-const MODES: [Mode; 3] = [
+const MODES: [Mode; 4] = [
     Mode {
         name: "per-message serial",
         batch_max: 1,
         concurrency: 1,
+        reuse_instance: false,
     },
     Mode {
         name: "per-message, concurrency 6",
         batch_max: 1,
         concurrency: 6,
+        reuse_instance: false,
     },
     Mode {
         name: "batch mode (defaults)",
         batch_max: 100,
         concurrency: 8,
+        reuse_instance: false,
+    },
+    Mode {
+        name: "batch, --reuse-instance",
+        batch_max: 100,
+        concurrency: 8,
+        reuse_instance: true,
     },
 ];
 
@@ -74,6 +85,8 @@ fn main() {
         let runtime = Runtime::new(SandboxLimits::default()).expect("wasm runtime");
         let wasm = Arc::new(Plugin::load(&runtime, &plugin("billing")).expect("billing.wasm"));
         let native = Arc::new(NativeBilling::default());
+        let reusing = Runtime::new(SandboxLimits { reuse_instance: true, ..SandboxLimits::default() }).expect("wasm runtime");
+        let reused = Arc::new(Plugin::load(&reusing, &plugin("billing")).expect("billing.wasm"));
         if let Ok(which) = std::env::var("BENCH_PROFILE") {
             // A steady load to profile: one handler, in batch mode through the
             // runner or (`wasm-call`, `native-call`) called one message after another.
@@ -97,7 +110,8 @@ fn main() {
 
         let mut e2e: Vec<Vec<Round>> = MODES.iter().map(|_| Vec::new()).collect();
         let mut ceiling: Vec<Vec<f64>> = MODES.iter().map(|_| Vec::new()).collect();
-        let (mut wasm_batch, mut native_batch) = (Vec::new(), Vec::new());
+        // billing.wasm with a fresh instance per message, with --reuse-instance, and native.
+        let mut in_process_batch: [Vec<f64>; 3] = Default::default();
         for round in 0..ROUNDS {
             // Each pair runs in both orders across rounds, every run on a settled database.
             let flip = round % 2 == 1;
@@ -113,13 +127,14 @@ fn main() {
                 }
             }
             let batch = &MODES[2];
-            for wasm_now in [!flip, flip] {
+            for h in (0..3).map(|h| (h + round) % 3) {
                 settle(&db).await;
-                if wasm_now {
-                    wasm_batch.push(in_process(&db, &wasm, batch.batch_max, batch.concurrency, messages, &format!("w{round}")).await);
-                } else {
-                    native_batch.push(in_process(&db, &native, batch.batch_max, batch.concurrency, messages, &format!("n{round}")).await);
-                }
+                let tag = format!("h{round}-{h}");
+                in_process_batch[h].push(match h {
+                    0 => in_process(&db, &wasm, batch.batch_max, batch.concurrency, messages, &tag).await,
+                    1 => in_process(&db, &reused, batch.batch_max, batch.concurrency, messages, &tag).await,
+                    _ => in_process(&db, &native, batch.batch_max, batch.concurrency, messages, &tag).await,
+                });
             }
             eprintln!("round {} of {ROUNDS} done", round + 1);
         }
@@ -142,11 +157,12 @@ fn main() {
                 cpu
             );
         }
-        let (w, n) = (median(&wasm_batch), median(&native_batch));
+        let [w, r, n] = in_process_batch.map(|rates| median(&rates));
         println!();
         println!(
-            "batch mode in process (the runner, 6 partitions on the worker threads, no Kafka): billing.wasm {w:.0} msg/s, native {n:.0} msg/s, wasm/native {:.2}",
-            w / n
+            "batch mode in process (the runner, 6 partitions on the worker threads, no Kafka): billing.wasm {w:.0} msg/s, native {n:.0} msg/s, wasm/native {:.2}; with --reuse-instance {r:.0} msg/s, {:.2}",
+            w / n,
+            r / n
         );
         let (plain, savepoints) = savepoint_cost(&db, messages).await;
         println!(
@@ -195,21 +211,25 @@ async fn end_to_end(db: &TestDb, broker: &LocalBroker, mode: &Mode, messages: us
         .expect("produce");
     let plugin = plugin("billing");
     let (batch_max, concurrency) = (mode.batch_max.to_string(), mode.concurrency.to_string());
+    let mut args = vec![
+        "--plugin",
+        plugin.to_str().expect("utf-8"),
+        "--group",
+        &topic,
+        "--topic",
+        &topic,
+        "--batch-max",
+        &batch_max,
+        "--concurrency",
+        &concurrency,
+        "--status-addr",
+        "127.0.0.1:0",
+    ];
+    if mode.reuse_instance {
+        args.push("--reuse-instance");
+    }
     let mut host = Host::spawn(
-        &[
-            "--plugin",
-            plugin.to_str().expect("utf-8"),
-            "--group",
-            &topic,
-            "--topic",
-            &topic,
-            "--batch-max",
-            &batch_max,
-            "--concurrency",
-            &concurrency,
-            "--status-addr",
-            "127.0.0.1:0",
-        ],
+        &args,
         &[
             ("KAFKA_BROKERS", broker.bootstrap()),
             ("DATABASE_URL", &db.url),
