@@ -85,14 +85,12 @@ fn main() {
         let runtime = Runtime::new(SandboxLimits::default()).expect("wasm runtime");
         let wasm = Arc::new(Plugin::load(&runtime, &plugin("billing")).expect("billing.wasm"));
         let native = Arc::new(NativeBilling::default());
-        let reusing = Runtime::new(SandboxLimits { reuse_instance: true, ..SandboxLimits::default() }).expect("wasm runtime");
-        let reused = Arc::new(Plugin::load(&reusing, &plugin("billing")).expect("billing.wasm"));
         if let Ok(which) = std::env::var("BENCH_PROFILE") {
             // A steady load to profile: one handler, in batch mode through the
             // runner or (`wasm-call`, `native-call`) called one message after another.
             for round in 0..5 {
                 let tag = format!("p{round}");
-                let cpu = cpu_seconds(std::process::id() as i32);
+                let cpu = own_cpu_seconds();
                 let rate = match which.as_str() {
                     "e2e" => end_to_end(&db, &broker, &MODES[2], messages).await.per_second,
                     "native" => in_process(&db, &native, MODES[2].batch_max, MODES[2].concurrency, messages, &tag).await,
@@ -100,11 +98,13 @@ fn main() {
                     "wasm-call" => handler_call_cost(&db, &*wasm, messages, &tag).await.0,
                     _ => in_process(&db, &wasm, MODES[2].batch_max, MODES[2].concurrency, messages, &tag).await,
                 };
-                let cpu = (cpu_seconds(std::process::id() as i32) - cpu) * 1e6 / messages as f64;
+                let cpu = (own_cpu_seconds() - cpu) * 1e6 / messages as f64;
                 println!("{which}: {rate:.0} msg/s, {cpu:.1} µs of CPU per message");
             }
             return;
         }
+        let reusing = Runtime::new(SandboxLimits { reuse_instance: true, ..SandboxLimits::default() }).expect("wasm runtime");
+        let reused = Arc::new(Plugin::load(&reusing, &plugin("billing")).expect("billing.wasm"));
         println!("inbox-host consume path: billing.wasm, exactly-once-inbox, {PARTITIONS} partitions, {messages} records x {ROUNDS} rounds, medians");
         println!("PostgreSQL with fsync and synchronous commit on; the host is the release binary\n");
 
@@ -233,6 +233,7 @@ async fn end_to_end(db: &TestDb, broker: &LocalBroker, mode: &Mode, messages: us
         &[
             ("KAFKA_BROKERS", broker.bootstrap()),
             ("DATABASE_URL", &db.url),
+            // The bound /metrics address is only in the app's start-up info line.
             ("RUST_LOG", "warn,inbox_host::app=info"),
         ],
     );
@@ -345,16 +346,21 @@ async fn handler_call_cost<H: Handler>(
         .map(|i| order(&format!("{tag}-{i}"), 1))
         .collect();
     let mut tx = db.pool.begin().await.expect("begin");
-    let (started, cpu) = (Instant::now(), cpu_seconds(std::process::id() as i32));
+    let (started, cpu) = (Instant::now(), own_cpu_seconds());
     for message in &orders {
         let (back, handled) = handler.handle(message, tx).await;
         handled.expect("handled");
         tx = back;
     }
-    let cpu = (cpu_seconds(std::process::id() as i32) - cpu) * 1e6 / messages as f64;
+    let cpu = (own_cpu_seconds() - cpu) * 1e6 / messages as f64;
     let rate = messages as f64 / started.elapsed().as_secs_f64();
     tx.rollback().await.expect("rollback");
     (rate, cpu)
+}
+
+/// CPU seconds this benchmark process has used so far.
+fn own_cpu_seconds() -> f64 {
+    cpu_seconds(std::process::id() as i32)
 }
 
 /// CPU seconds (user + system) the process has used so far.
