@@ -11,6 +11,9 @@
 //! - [`inbox`]: the runner: a batch of records in one transaction, inbox rows,
 //!   handler per record, commit; the host's schema and the rights it needs.
 //! - [`plugin`]: wasmtime, the sandbox, the `db` capability, hot swap.
+//! - [`panics`]: the message of a caught panic (every layer catches its own).
+//! - [`telemetry`]: logs and OpenTelemetry traces, set up once by `main`.
+//! - [`toolchain`]: `inbox-host build` and `new`: plugins from source, toolchains pinned.
 //! - [`embedded`]: throwaway PostgreSQL and a local Kafka-protocol broker for the
 //!   lab, the demo and the tests; never on the production path.
 //!
@@ -27,6 +30,7 @@ pub mod cli;
 pub mod embedded;
 pub mod inbox;
 pub mod kafka;
+pub mod panics;
 pub mod plugin;
 pub mod telemetry;
 pub mod toolchain;

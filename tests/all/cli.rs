@@ -185,3 +185,17 @@ fn the_version_names_the_commit_wasmtime_and_librdkafka() {
     assert!(stdout.contains("wasmtime 48."), "{stdout}");
     assert!(stdout.contains("librdkafka 2."), "{stdout}");
 }
+
+#[test]
+fn the_readme_and_deploy_guide_name_every_kafka_property_the_host_owns() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    for page in ["README.md", "docs/deploy.md"] {
+        let text = std::fs::read_to_string(root.join(page)).expect(page);
+        for (property, _) in inbox_host::kafka::OWNED_PROPERTIES {
+            assert!(
+                text.contains(&format!("`{property}`")),
+                "{page} does not name `{property}`"
+            );
+        }
+    }
+}

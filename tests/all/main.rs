@@ -9,6 +9,7 @@ mod hot_swap;
 mod inbox_core;
 mod kafka_runner;
 mod languages;
+mod liveness;
 mod migrations;
 mod outages;
 mod plugin_loading;

@@ -12,6 +12,7 @@ use sqlx::postgres::PgPool;
 pub mod bench;
 pub mod host;
 pub mod otlp;
+pub mod raw_headers;
 pub mod stage;
 
 /// A plugin built by `build.rs`, by crate name (`panic-after-write`). Library
@@ -115,6 +116,16 @@ impl TestDb {
     }
 
     pub async fn start_with(durability: Durability) -> Self {
+        let db = Self::start_empty(durability).await;
+        inbox::migrate(&db.pool).await.expect("migrations");
+        inbox::apply_example_tables(&db.pool)
+            .await
+            .expect("example tables");
+        db
+    }
+
+    /// A database the host's migrations have not touched (no `inbox_host`).
+    pub async fn start_empty(durability: Durability) -> Self {
         let (cluster, url) = match std::env::var("DATABASE_URL") {
             Ok(server) => (None, fresh_database(&server).await),
             Err(_) => {
@@ -134,10 +145,6 @@ impl TestDb {
             .connect(&url)
             .await
             .expect("connecting");
-        inbox::migrate(&pool).await.expect("migrations");
-        inbox::apply_example_tables(&pool)
-            .await
-            .expect("example tables");
         Self {
             pool,
             url,

@@ -106,18 +106,24 @@ fn parse_since(text: &str, now: DateTime<Utc>) -> anyhow::Result<DateTime<Utc>> 
     if let Ok(time) = DateTime::parse_from_rfc3339(text) {
         return Ok(time.with_timezone(&Utc));
     }
-    let unit_seconds = match text.chars().last() {
-        Some('s') => 1,
-        Some('m') => 60,
-        Some('h') => 3_600,
-        Some('d') => 86_400,
+    let (amount, unit) = text.split_at(text.len() - text.chars().last().map_or(0, char::len_utf8));
+    let unit_seconds: i64 = match unit {
+        "s" => 1,
+        "m" => 60,
+        "h" => 3_600,
+        "d" => 86_400,
         _ => 0,
     };
-    let amount: Option<i64> = text[..text.len().saturating_sub(1)].parse().ok();
-    match amount.filter(|n| *n >= 0 && unit_seconds > 0) {
-        Some(n) => Ok(now - chrono::Duration::seconds(n.saturating_mul(unit_seconds))),
+    let age = amount
+        .parse::<i64>()
+        .ok()
+        .filter(|n| *n >= 0 && unit_seconds > 0)
+        .and_then(|n| n.checked_mul(unit_seconds))
+        .and_then(chrono::Duration::try_seconds);
+    match age.and_then(|age| now.checked_sub_signed(age)) {
+        Some(since) => Ok(since),
         None => {
-            bail!("--since {text}: give a time (2026-12-03T10:00:00Z) or an age (90s, 30m, 2h, 7d)")
+            bail!("--since {text}: give a time (2026-12-03T10:00:00Z) or an age (90s, 30m, 2h, 7d) of at most a few thousand years")
         }
     }
 }
@@ -338,7 +344,18 @@ mod tests {
         assert_eq!(at("90s").as_deref(), Some("2026-12-03T11:58:30+00:00"));
         assert_eq!(at("2h").as_deref(), Some("2026-12-03T10:00:00+00:00"));
         assert_eq!(at("7d").as_deref(), Some("2026-11-26T12:00:00+00:00"));
-        for bad in ["", "h", "2w", "-1h", "yesterday", "2026-12-01"] {
+        for bad in [
+            "",
+            "h",
+            "2w",
+            "-1h",
+            "yesterday",
+            "2026-12-01",
+            "5é",
+            "é",
+            "9223372036854775807d",
+            "99999999999d",
+        ] {
             assert_eq!(at(bad), None, "{bad}");
         }
     }

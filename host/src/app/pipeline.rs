@@ -195,7 +195,7 @@ impl<S: HandlerSource> Pipeline<S> {
                 }
                 Some(ended) = workers.join_next() => {
                     if let Err(e) = ended {
-                        tracing::error!(error = %e, "a partition worker ended abnormally; its partition resumes after the next rebalance");
+                        tracing::error!(error = %e, "a partition worker ended abnormally; /health/ready reports its partition until it is assigned again (restart the host)");
                     }
                 }
                 _ = caught_up_check.tick(), if stop.caught_up => {

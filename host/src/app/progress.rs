@@ -3,7 +3,7 @@
 //! `/health/ready` read.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicI64, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -23,6 +23,8 @@ pub struct PartitionProgress {
     last_progress: Mutex<Instant>,
     /// Failed attempts of the record the worker holds for retry (0: none).
     held_attempts: AtomicU32,
+    /// Its worker ended abnormally: nothing handles it until it is assigned again.
+    orphaned: AtomicBool,
 }
 
 /// A partition as `/metrics` shows it.
@@ -44,8 +46,16 @@ pub struct Tracked {
 }
 
 impl Drop for Tracked {
+    /// A worker that lets go forgets its partition; one unwinding from a panic
+    /// (every panic is caught inside it, so this is a last resort) leaves it
+    /// reported as orphaned, which `/health/ready` shows until a new worker
+    /// takes the partition.
     fn drop(&mut self) {
-        self.partitions.lock().remove(&self.key);
+        if std::thread::panicking() {
+            self.progress.orphaned.store(true, Ordering::Relaxed);
+        } else {
+            self.partitions.lock().remove(&self.key);
+        }
     }
 }
 
@@ -57,6 +67,7 @@ impl Partitions {
             next: AtomicI64::new(-1),
             last_progress: Mutex::new(Instant::now()),
             held_attempts: AtomicU32::new(0),
+            orphaned: AtomicBool::new(false),
         });
         self.lock().insert(key.clone(), progress.clone());
         Tracked {
@@ -79,9 +90,22 @@ impl Partitions {
             .collect()
     }
 
-    /// Partitions with records waiting that have not moved for `after`.
+    /// Partitions with records waiting that have not moved for `after`, and
+    /// partitions whose worker ended abnormally.
     pub fn stalled(&self, after: Duration) -> Vec<String> {
-        self.views()
+        let orphaned: Vec<String> = self
+            .lock()
+            .iter()
+            .filter(|(_, p)| p.orphaned.load(Ordering::Relaxed))
+            .map(|((topic, partition), _)| {
+                format!(
+                    "partition {topic}-{partition} has no worker (it ended abnormally); \
+                     it resumes when the partition is assigned again: restart the host"
+                )
+            })
+            .collect();
+        let stalled = self
+            .views()
             .into_iter()
             .filter(|v| v.lag.is_some_and(|lag| lag > 0) && v.since_progress > after)
             .map(|v| {
@@ -91,8 +115,8 @@ impl Partitions {
                     v.partition,
                     v.since_progress.as_secs()
                 )
-            })
-            .collect()
+            });
+        orphaned.into_iter().chain(stalled).collect()
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<(String, i32), Arc<PartitionProgress>>> {

@@ -118,8 +118,8 @@ impl RunSettings {
         let checks = [
             (
                 args.inbox_retention_days
-                    .is_some_and(|d| !d.is_finite() || d <= 0.0),
-                "--inbox-retention-days must be a positive number of days",
+                    .is_some_and(|d| !d.is_finite() || d <= 0.0 || d > MAX_RETENTION_DAYS),
+                "--inbox-retention-days must be a positive number of days, at most 36500",
             ),
             (
                 args.retry_initial_ms == 0 || args.retry_max_ms < args.retry_initial_ms,
@@ -138,10 +138,34 @@ impl RunSettings {
                 "--max-fatal-attempts must be at least 1",
             ),
             (
-                args.connect_timeout_secs == 0,
-                "--connect-timeout must be at least 1 second",
+                args.connect_timeout_secs == 0 || args.connect_timeout_secs > MAX_SECS,
+                "--connect-timeout must be at least 1 second and at most 86400",
+            ),
+            (
+                args.stall_after_secs > MAX_SECS,
+                "--stall-after-secs must be at most 86400",
+            ),
+            (
+                args.guest_memory_mib > 4096,
+                "--guest-memory-mib must be at most 4096 (a wasm32 memory holds 4 GiB)",
+            ),
+            (
+                args.max_message_bytes > MAX_BYTES || args.max_param_bytes > MAX_BYTES,
+                "--max-message-bytes and --max-param-bytes must be at most 1073741824 (1 GiB)",
             ),
         ];
+        let millis = [
+            ("--lock-timeout-ms", args.lock_timeout_ms),
+            ("--statement-timeout-ms", args.statement_timeout_ms),
+            ("--transaction-timeout-ms", args.transaction_timeout_ms),
+            ("--guest-deadline-ms", args.guest_deadline_ms),
+            ("--batch-linger-ms", args.batch_linger_ms),
+            ("--retry-initial-ms", args.retry_initial_ms),
+            ("--retry-max-ms", args.retry_max_ms),
+        ];
+        problems.extend(millis.iter().filter(|(_, ms)| *ms > MAX_MILLIS).map(|(flag, _)| {
+            format!("{flag} must be at most {MAX_MILLIS} (PostgreSQL's limit for a timeout, about 24 days)")
+        }));
         problems.extend(
             checks
                 .iter()
@@ -208,6 +232,13 @@ impl RunSettings {
         })
     }
 }
+
+/// Bounds of the operator's numbers: past them a flag is refused with its
+/// range instead of overflowing a time or a size later.
+const MAX_RETENTION_DAYS: f64 = 36_500.0;
+const MAX_MILLIS: u64 = i32::MAX as u64;
+const MAX_SECS: u64 = 86_400;
+const MAX_BYTES: usize = 1 << 30;
 
 /// `<host name>-<pid>`.
 pub fn default_worker_id() -> String {

@@ -72,7 +72,7 @@ pub async fn shadow(args: ShadowArgs) -> anyhow::Result<()> {
     );
     let mut tried = Vec::with_capacity(records.len());
     for record in records {
-        let (message, unusable) = super::worker::message_of(record);
+        let (message, unusable) = super::pending::message_of(record);
         let outcome = match unusable {
             Some(why) => Outcome::Failed(inbox::HandlerError::new(
                 inbox::FailureKind::HandlerError,

@@ -4,6 +4,7 @@
 //! order holds and no offset past a failure is stored.
 
 use std::collections::VecDeque;
+use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -12,13 +13,17 @@ use tokio::sync::mpsc::UnboundedSender;
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
+use futures_util::FutureExt;
+
 use super::dead_letter_topic::DeadLetterTopic;
 use super::decide::{self, Step};
+use super::failpoint;
+use super::pending::{Aside, Pending};
 use super::pipeline::{Delivery, HandlerSource, PipelineLimits, Verdict};
 use super::progress::Tracked;
 use super::traces::Attempt;
 use super::{Metrics, Traces};
-use crate::inbox::{self, DeadLetter, Handler, Message, Outcome, Runner};
+use crate::inbox::{self, DeadLetter, FailureKind, Handler, Message, Outcome, Runner};
 use crate::kafka::{PartitionStream, Record};
 
 /// What every worker of a pipeline shares.
@@ -47,21 +52,17 @@ impl<S> Shared<S> {
     }
 }
 
-/// A record taken from the stream, owned by the worker until it is done.
-struct Pending {
-    message: Message,
-    /// The record's Kafka timestamp (ms since 1970), for end-to-end latency.
-    timestamp_ms: Option<i64>,
-    /// Why the host cannot use it (no id, too large): it is set aside unhandled.
-    unusable: Option<String>,
-}
-
 pub(super) struct Worker<S> {
     stream: PartitionStream,
     /// What `/metrics` and `/health/ready` see of this partition.
     progress: Option<Tracked>,
     shared: Arc<Shared<S>>,
+    /// Records taken from the stream and not done yet, in offset order. A batch
+    /// in flight stays here (the first `in_flight`), so a panic loses none.
     pending: VecDeque<Pending>,
+    in_flight: usize,
+    /// After a panic in a batch: take the next record alone, to find the one it concerned.
+    alone: bool,
     /// Failed attempts of the record at the head, this run (the attempts table
     /// holds the count across restarts).
     attempts: u32,
@@ -82,6 +83,8 @@ impl<S: HandlerSource> Worker<S> {
             stream,
             shared,
             pending: VecDeque::new(),
+            in_flight: 0,
+            alone: false,
             attempts: 0,
             started: SystemTime::UNIX_EPOCH,
             plugin: String::new(),
@@ -89,8 +92,25 @@ impl<S: HandlerSource> Worker<S> {
     }
 
     /// Runs until the partition is revoked or the member closes, then drops the
-    /// stream (which lets the rebalance go on).
+    /// stream (which lets the rebalance go on). A panic anywhere in the work is
+    /// caught here: the record it concerned is set aside and the worker goes on.
     pub async fn run(mut self) {
+        loop {
+            match AssertUnwindSafe(self.work()).catch_unwind().await {
+                Ok(()) => return,
+                Err(panic) => {
+                    if let Some(delay) = self.recover(&crate::panics::text(&*panic)) {
+                        tokio::select! {
+                            () = tokio::time::sleep(delay) => {}
+                            () = self.stream.stopped() => return,
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    async fn work(&mut self) {
         loop {
             if self.pending.is_empty() {
                 let Some(record) = self.stream.next().await else {
@@ -98,8 +118,8 @@ impl<S: HandlerSource> Worker<S> {
                 };
                 self.push(record);
             }
-            // After a failure the head goes alone (the single-record path).
-            let want = if self.attempts > 0 {
+            // After a failure (or a panic) the head goes alone (the single-record path).
+            let want = if self.attempts > 0 || self.alone {
                 1
             } else {
                 self.shared.limits.batch_max
@@ -119,6 +139,38 @@ impl<S: HandlerSource> Worker<S> {
                     () = self.stream.stopped() => return,
                 }
             }
+        }
+    }
+
+    /// After a panic in [`Worker::work`]: a batch in flight is taken apart (its
+    /// records go one at a time); a record in flight alone is set aside with
+    /// the panic as its reason. A panic while setting one aside is retried after
+    /// a backoff. Returns that delay.
+    fn recover(&mut self, panic: &str) -> Option<Duration> {
+        let in_flight = std::mem::take(&mut self.in_flight);
+        tracing::error!(
+            topic = self.stream.topic(),
+            partition = self.stream.partition(),
+            in_flight,
+            panic,
+            "the host panicked in a partition worker; the worker goes on"
+        );
+        if in_flight > 1 {
+            self.alone = true;
+            return None;
+        }
+        let attempts = self.attempts + 1;
+        match self.pending.front_mut() {
+            Some(head) if in_flight == 1 && head.aside.is_none() => {
+                head.aside = Some(Aside {
+                    reason: format!("the host panicked while handling this record: {panic}"),
+                    kind: FailureKind::HostPanic.as_str(),
+                    attempts,
+                });
+                None
+            }
+            Some(_) => Some(self.retry_delay()),
+            None => None,
         }
     }
 
@@ -142,57 +194,73 @@ impl<S: HandlerSource> Worker<S> {
         if let Some(tracked) = &self.progress {
             tracked.progress.arrived(record.offset);
         }
-        let pending = pending_of(record, self.shared.limits.max_message_bytes);
+        let pending = Pending::of(record, self.shared.limits.max_message_bytes);
         self.pending.push_back(pending);
     }
 
-    /// Handles the records at the head (a batch of up to `want`, or one
-    /// unusable record); returns the delay before the head is tried again.
+    /// Handles the records at the head (a batch of up to `want`, or one record
+    /// to set aside); returns the delay before the head is tried again.
     async fn handle_head(&mut self, want: usize) -> Option<Duration> {
-        let head = self.pending.pop_front()?;
-        if let Some(why) = head.unusable.clone() {
-            self.started = SystemTime::now();
-            if self.set_aside(&head, None, why, "unusable").await {
-                self.acknowledge(head.message.offset);
-                self.attempts = 0;
-                return None;
-            }
-            self.pending.push_front(head);
-            return Some(self.retry_delay());
+        if self.pending.front()?.aside.is_some() {
+            return self.set_aside_head().await;
         }
-        self.pending.push_front(head);
         let usable = self
             .pending
             .iter()
             .take(want)
-            .take_while(|p| p.unusable.is_none())
+            .take_while(|p| p.aside.is_none())
             .count();
-        // Taken out while in flight (moved, not copied); what is not done goes back.
-        let batch: Vec<Pending> = self.pending.drain(..usable).collect();
-        let (done, retry) = self.run_batch(&batch).await;
+        self.in_flight = usable;
+        let (done, retry) = self.run_batch(usable).await;
+        self.in_flight = 0;
+        self.alone = false;
         if let Some(metrics) = &self.shared.metrics {
-            for pending in &batch[..done] {
+            for pending in self.pending.range(..done) {
                 metrics.committed_record(pending.timestamp_ms);
             }
         }
-        if let Some(last) = done.checked_sub(1).map(|n| batch[n].message.offset) {
+        if let Some(last) = done.checked_sub(1).map(|n| self.pending[n].message.offset) {
             self.acknowledge(last);
         }
-        for pending in batch.into_iter().skip(done).rev() {
-            self.pending.push_front(pending);
+        if done > 0 && self.attempts > 0 && retry.is_none() {
+            self.forget_attempts(0).await;
         }
+        self.pending.drain(..done);
         if retry.is_none() {
-            // The head is done; a retry keeps the count of the record now at
-            // the head (the one that failed).
+            // The head is done (or decided); a retry keeps the count of the
+            // record now at the head (the one that failed).
             self.attempts = 0;
         }
         retry
     }
 
-    /// Runs one batch through the runner and acts on the outcomes; returns how
-    /// many records at its start are done, and the delay before a retry.
-    async fn run_batch(&mut self, batch: &[Pending]) -> (usize, Option<Duration>) {
-        let Some(last) = batch.last().map(|p| p.message.offset) else {
+    /// Sets the head aside as decided; on failure, only the set-aside is tried
+    /// again after a backoff, never the handler.
+    async fn set_aside_head(&mut self) -> Option<Duration> {
+        self.in_flight = 1;
+        let recorded = self.set_aside(0).await;
+        self.in_flight = 0;
+        if !recorded {
+            return Some(self.retry_delay());
+        }
+        if self.pending[0]
+            .aside
+            .as_ref()
+            .is_some_and(|a| a.attempts > 0)
+        {
+            self.forget_attempts(0).await;
+        }
+        let head = self.pending.pop_front()?;
+        self.acknowledge(head.message.offset);
+        self.attempts = 0;
+        None
+    }
+
+    /// Runs the first `n` pending records through the runner as one batch and
+    /// acts on the outcomes; returns how many at its start are done, and the
+    /// delay before a retry.
+    async fn run_batch(&mut self, n: usize) -> (usize, Option<Duration>) {
+        let Some(last) = n.checked_sub(1).map(|i| self.pending[i].message.offset) else {
             return (0, None);
         };
         let strategy = self.shared.runner.settings().strategy;
@@ -211,22 +279,20 @@ impl<S: HandlerSource> Worker<S> {
         self.plugin.clear();
         self.plugin.push_str(handler.version());
         let started = std::time::Instant::now();
-        let messages: Vec<&Message> = batch.iter().map(|p| &p.message).collect();
+        let messages: Vec<&Message> = self.pending.range(..n).map(|p| &p.message).collect();
+        failpoint::check(&messages);
         let outcomes = shared.runner.process_batch(&messages, &*handler).await;
         if let Some(metrics) = &shared.metrics {
             metrics.transaction(messages.len(), started.elapsed());
         }
         drop(handler);
-        self.conclude(batch, outcomes).await
+        self.conclude(outcomes).await
     }
 
-    /// Acts on each outcome: the committed ones are done, the last one (if it
-    /// did not commit) gets the step [`decide::decide`] gives it.
-    async fn conclude(
-        &mut self,
-        batch: &[Pending],
-        outcomes: Vec<Outcome>,
-    ) -> (usize, Option<Duration>) {
+    /// Acts on each outcome of the batch at the head: the committed ones are
+    /// done, the last one (if it did not commit) gets the step
+    /// [`decide::decide`] gives it.
+    async fn conclude(&mut self, outcomes: Vec<Outcome>) -> (usize, Option<Duration>) {
         let strategy = self.shared.runner.settings().strategy;
         let mut done = 0;
         let duplicates = outcomes
@@ -236,14 +302,14 @@ impl<S: HandlerSource> Worker<S> {
         if duplicates > 0 {
             tracing::info!(
                 duplicates,
-                from_offset = batch[0].message.offset,
+                from_offset = self.pending[0].message.offset,
                 "duplicates: already in the inbox; handler not run, offsets stored"
             );
         }
-        for (pending, outcome) in batch.iter().zip(outcomes) {
-            let message = &pending.message;
+        for (at, outcome) in outcomes.into_iter().enumerate() {
             if outcome.committed() {
                 done += 1;
+                let message = &self.pending[at].message;
                 tracing::debug!(offset = message.offset, message_id = %message.message_id, outcome = outcome.label(), "done");
                 self.report(message, Verdict::Handled(outcome), true);
                 continue;
@@ -252,7 +318,8 @@ impl<S: HandlerSource> Worker<S> {
                 // A record after the head failed: its count starts afresh.
                 self.attempts = 0;
             }
-            let attempts = self.count_attempt(message, &outcome).await;
+            let attempts = self.count_attempt(at, &outcome).await;
+            let message = &self.pending[at].message;
             match decide::decide(&outcome, attempts, &self.shared.limits.retry, strategy) {
                 Step::Acknowledge => {
                     if let Outcome::Failed(e) = &outcome {
@@ -267,16 +334,19 @@ impl<S: HandlerSource> Worker<S> {
                     self.report(message, Verdict::Handled(outcome), false);
                     return (done, Some(delay));
                 }
-                Step::SetAside(why) => {
-                    let id = Some(message.message_id.as_str());
+                Step::SetAside(reason) => {
                     let kind = match &outcome {
                         Outcome::Failed(e) => e.kind.as_str(),
                         _ => "locked",
                     };
-                    if !self.set_aside(pending, id, why, kind).await {
-                        return (done, Some(self.retry_delay()));
-                    }
-                    done += 1;
+                    // Decided once: the worker sets it aside next, and retries
+                    // only that if it fails.
+                    self.pending[at].aside = Some(Aside {
+                        reason,
+                        kind,
+                        attempts,
+                    });
+                    return (done, None);
                 }
             }
         }
@@ -304,14 +374,16 @@ impl<S: HandlerSource> Worker<S> {
         self.shared.limits.retry.backoff.delay(self.attempts)
     }
 
-    /// Counts a failed attempt: in `inbox_host.attempts` when the record may be
-    /// retried (so the budget survives restarts), else in memory.
-    async fn count_attempt(&mut self, message: &Message, outcome: &Outcome) -> u32 {
+    /// Counts a failed attempt of the pending record `at`: in
+    /// `inbox_host.attempts` when the record may be retried (so the budget
+    /// survives restarts), else in memory.
+    async fn count_attempt(&mut self, at: usize, outcome: &Outcome) -> u32 {
         self.attempts += 1;
         let strategy = self.shared.runner.settings().strategy;
         if let (Outcome::Failed(e), true) = (outcome, decide::counts_attempt(outcome, strategy)) {
             let runner = &self.shared.runner;
             let group = &runner.settings().group;
+            let message = &self.pending[at].message;
             match inbox::record_failure(runner.pool(), group, message, &e.to_string()).await {
                 Ok(total) => self.attempts = u32::try_from(total).unwrap_or(self.attempts),
                 Err(db) => tracing::warn!(error = %db, "could not record the failed attempt"),
@@ -323,52 +395,62 @@ impl<S: HandlerSource> Worker<S> {
         self.attempts
     }
 
-    /// Records the whole record in `inbox_host.dead_letters` and, with
-    /// `--dead-letter-topic`, publishes it there; returns whether both were
-    /// done (if not, the record is retried, never skipped, and its offset is
-    /// not stored). The row goes first: writing it again is a no-op, so a
-    /// retry after a failed publish adds no second row.
-    async fn set_aside(
-        &self,
-        pending: &Pending,
-        id: Option<&str>,
-        why: String,
-        kind: &'static str,
-    ) -> bool {
+    /// Removes the attempts row of the pending record `at`, now done (or set
+    /// aside). A failure only leaves it to retention.
+    async fn forget_attempts(&self, at: usize) {
+        let runner = &self.shared.runner;
+        let message = &self.pending[at].message;
+        if let Err(e) =
+            inbox::forget_attempts(runner.pool(), &runner.settings().group, message).await
+        {
+            tracing::debug!(error = %e, "could not remove the record's attempts row; retention removes it");
+        }
+    }
+
+    /// Records the pending record `at` in `inbox_host.dead_letters` as decided
+    /// and, with `--dead-letter-topic`, publishes it there; returns whether both
+    /// were done (if not, the set-aside is retried, never the handler, and the
+    /// offset is not stored). The row goes first: writing it again is a no-op,
+    /// so a retry after a failed publish adds no second row.
+    async fn set_aside(&self, at: usize) -> bool {
         let settings = self.shared.runner.settings();
+        let pending = &self.pending[at];
+        let Some(aside) = &pending.aside else {
+            return false;
+        };
         let message = &pending.message;
-        let ran = pending.unusable.is_none();
+        let ran = aside.attempts > 0;
         let letter = DeadLetter {
             group: &settings.group,
             worker_id: &settings.worker_id,
             message,
-            message_id: id,
-            reason: &why,
-            kind,
-            attempts: if ran { self.attempts } else { 0 },
+            message_id: pending.message_id(),
+            reason: &aside.reason,
+            kind: aside.kind,
+            attempts: aside.attempts,
             plugin_digest: Some(self.plugin.as_str()).filter(|d| ran && !d.is_empty()),
             timestamp_ms: pending.timestamp_ms,
         };
         if let Err(e) = inbox::dead_letter(self.shared.runner.pool(), &letter).await {
-            tracing::error!(reason = %why, error = %e, "could not record dead letter; retrying the record");
+            tracing::error!(reason = %aside.reason, error = %e, "could not record the dead letter; retrying that (the handler does not run again)");
             return false;
         }
         if let Some(topic) = &self.shared.dead_letter_topic {
             if let Err(e) = topic.publish(&letter).await {
-                tracing::error!(reason = %why, dead_letter_topic = topic.name(), error = %e,
-                    "could not publish the dead letter; retrying the record (its offset is not stored)");
+                tracing::error!(reason = %aside.reason, dead_letter_topic = topic.name(), error = %e,
+                    "could not publish the dead letter; retrying that (the handler does not run again; the offset is not stored)");
                 return false;
             }
         }
         tracing::error!(
             topic = %message.topic, partition = message.partition, offset = message.offset,
-            reason = %why,
+            reason = %aside.reason,
             "message set aside in inbox_host.dead_letters (not handled; original key, headers and payload kept)"
         );
         if let Some(metrics) = &self.shared.metrics {
-            metrics.dead_letter(kind);
+            metrics.dead_letter(aside.kind);
         }
-        self.report(message, Verdict::SetAside(why), true);
+        self.report(message, Verdict::SetAside(aside.reason.clone()), true);
         true
     }
 
@@ -390,50 +472,6 @@ impl<S: HandlerSource> Worker<S> {
             let _ = deliveries.send(Delivery::of(message, verdict, committed));
         }
     }
-}
-
-/// Moves a record into the runner's message, noting why the host cannot use it.
-fn pending_of(record: Record, max_message_bytes: usize) -> Pending {
-    let timestamp_ms = record.timestamp_ms;
-    let (message, mut unusable) = message_of(record);
-    if unusable.is_none() && message.payload.len() > max_message_bytes {
-        unusable = Some(format!(
-            "payload of {} bytes exceeds --max-message-bytes {max_message_bytes}",
-            message.payload.len()
-        ));
-    }
-    Pending {
-        timestamp_ms,
-        message,
-        unusable,
-    }
-}
-
-/// Moves a record into the runner's message (no field copied), with why it
-/// has no usable message id, if so.
-pub(super) fn message_of(record: Record) -> (Message, Option<String>) {
-    let (message_id, unusable) = match record.message_id {
-        Ok(id) => (id, None),
-        Err(why) => (String::new(), Some(why)),
-    };
-    let headers = record
-        .headers
-        .into_iter()
-        .map(|h| inbox::Header {
-            key: h.key,
-            value: h.value,
-        })
-        .collect();
-    let message = Message {
-        message_id,
-        topic: record.topic,
-        partition: record.partition,
-        offset: record.offset,
-        key: record.key,
-        headers,
-        payload: record.payload,
-    };
-    (message, unusable)
 }
 
 fn log_retry(message: &Message, outcome: &Outcome, attempt: u32, delay: Duration) {

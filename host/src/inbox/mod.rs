@@ -31,5 +31,5 @@ pub use rights::{check_rights, RUNTIME_RIGHTS};
 pub use runner::{Runner, RunnerSettings};
 pub use schema::{apply_example_tables, migrate};
 pub use session::{ensure_guest_role, pool_options, DEFAULT_GUEST_ROLE};
-pub use store::record_failure;
+pub use store::{forget_attempts, record_failure};
 pub use strategy::{CommitOn, Strategy};

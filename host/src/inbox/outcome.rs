@@ -41,7 +41,7 @@ pub enum FailureKind {
     HandlerError,
     /// The guest panicked or hit `unreachable`.
     Panic,
-    /// The guest ran past its CPU deadline.
+    /// The guest ran past its deadline (wall-clock time in wasm and WASI calls).
     Deadline,
     /// The guest tried to grow memory past its cap.
     Memory,

@@ -7,7 +7,8 @@ const BATCH: i64 = 5_000;
 
 /// Deletes the group's inbox rows received more than `keep` ago; returns how
 /// many. A deleted row makes its message new again, so `keep` must outlive the
-/// topic's retention.
+/// topic's retention. Attempts rows whose last failure is that old go too (a
+/// worker removes a record's row once it is done; these are left by crashes).
 pub async fn prune(pool: &PgPool, group: &str, keep: Duration) -> Result<u64, sqlx::Error> {
     let mut deleted = 0;
     loop {
@@ -25,7 +26,16 @@ pub async fn prune(pool: &PgPool, group: &str, keep: Duration) -> Result<u64, sq
         .rows_affected();
         deleted += done;
         if done < BATCH as u64 {
-            return Ok(deleted);
+            break;
         }
     }
+    sqlx::query(
+        "DELETE FROM inbox_host.attempts
+         WHERE consumer_group = $1 AND last_failed_at < now() - make_interval(secs => $2)",
+    )
+    .bind(group)
+    .bind(keep.as_secs_f64())
+    .execute(pool)
+    .await?;
+    Ok(deleted)
 }

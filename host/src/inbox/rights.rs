@@ -12,7 +12,7 @@ use super::schema::MIGRATOR;
 pub const RUNTIME_RIGHTS: &[(&str, &str)] = &[
     ("inbox_host.inbox", "SELECT, INSERT, DELETE"),
     ("inbox_host.dead_letters", "SELECT, INSERT"),
-    ("inbox_host.attempts", "SELECT, INSERT, UPDATE"),
+    ("inbox_host.attempts", "SELECT, INSERT, UPDATE, DELETE"),
     ("inbox_host._sqlx_migrations", "SELECT"),
 ];
 

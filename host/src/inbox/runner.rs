@@ -207,11 +207,7 @@ impl Runner {
                 error,
             }),
             Ok(Err(panic)) => {
-                let said = panic
-                    .downcast_ref::<&str>()
-                    .map(|s| s.to_string())
-                    .or_else(|| panic.downcast_ref::<String>().cloned())
-                    .unwrap_or_default();
+                let said = crate::panics::text(&*panic);
                 tracing::error!(message_id = %message.message_id, panic = %said, "the host panicked handling a message; rolled back");
                 let error = format!("the host panicked while handling this message: {said}");
                 Err(dropped(HandlerError::new(

@@ -1,5 +1,6 @@
 use sqlx::migrate::{MigrateError, Migrator};
-use sqlx::{PgConnection, PgPool};
+use sqlx::pool::PoolConnection;
+use sqlx::{PgConnection, PgPool, Postgres};
 
 /// The host's migrations (`migrations/`).
 pub(super) static MIGRATOR: Migrator = sqlx::migrate!("../migrations");
@@ -8,8 +9,44 @@ pub(super) static MIGRATOR: Migrator = sqlx::migrate!("../migrations");
 /// the schema `inbox_host`, with sqlx's bookkeeping table beside them
 /// (`inbox_host._sqlx_migrations`), never in `public`, where an application's
 /// own sqlx migrations keep theirs.
+///
+/// Replicas started together all migrate: a session advisory lock makes them
+/// take turns (the first applies, the others find the work done), so none
+/// fails on `CREATE SCHEMA` racing another's.
 pub async fn migrate(pool: &PgPool) -> Result<(), MigrateError> {
     let mut conn = pool.acquire().await?;
+    lock_setup(&mut conn).await?;
+    let applied = migrate_locked(&mut conn).await;
+    unlock_setup(conn).await;
+    applied
+}
+
+/// The advisory lock key the host's set-up (migrations, the guest role) runs
+/// under ("inbox_ho" in ASCII).
+const SETUP_LOCK: i64 = 0x696e_626f_785f_686f;
+
+/// Waits for, then holds, the set-up lock on this connection.
+pub(super) async fn lock_setup(conn: &mut PgConnection) -> Result<(), sqlx::Error> {
+    sqlx::query("SELECT pg_advisory_lock($1)")
+        .bind(SETUP_LOCK)
+        .execute(&mut *conn)
+        .await?;
+    Ok(())
+}
+
+/// Releases the set-up lock; a connection that cannot is closed, never pooled
+/// with the lock held.
+pub(super) async fn unlock_setup(mut conn: PoolConnection<Postgres>) {
+    let unlocked = sqlx::query("SELECT pg_advisory_unlock($1)")
+        .bind(SETUP_LOCK)
+        .execute(&mut *conn)
+        .await;
+    if unlocked.is_err() {
+        drop(conn.detach());
+    }
+}
+
+async fn migrate_locked(conn: &mut PgConnection) -> Result<(), MigrateError> {
     // sqlx names its bookkeeping table without a schema: on this connection the
     // name resolves to the host's schema. Every statement of the migrations
     // names its schema itself.
@@ -17,7 +54,7 @@ pub async fn migrate(pool: &PgPool) -> Result<(), MigrateError> {
         .execute(&mut *conn)
         .await?;
     let applied = async {
-        adopt_bookkeeping_from_public(&mut conn).await?;
+        adopt_bookkeeping_from_public(conn).await?;
         MIGRATOR.run(&mut *conn).await
     }
     .await;

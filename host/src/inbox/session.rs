@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use anyhow::{bail, Context};
-use sqlx::postgres::{PgPool, PgPoolOptions};
+use sqlx::postgres::{PgConnection, PgPool, PgPoolOptions};
 use sqlx::Executor;
 
 /// The default role handler statements run under.
@@ -34,22 +34,31 @@ pub fn pool_options(max_connections: u32) -> PgPoolOptions {
 
 /// Makes sure `role` exists, cannot log in, and that the host's login may switch
 /// to it; creates and grants it when the login is allowed to. The role gets no
-/// rights here: grant it those on your plugin's own tables.
+/// rights here: grant it those on your plugin's own tables. Under the same
+/// advisory lock as the migrations, so replicas started together take turns.
 pub async fn ensure_guest_role(pool: &PgPool, role: &str) -> anyhow::Result<()> {
+    let mut conn = pool.acquire().await?;
+    super::schema::lock_setup(&mut conn).await?;
+    let ensured = ensure_on(&mut conn, role).await;
+    super::schema::unlock_setup(conn).await;
+    ensured
+}
+
+async fn ensure_on(pool: &mut PgConnection, role: &str) -> anyhow::Result<()> {
     let (exists, member, superuser): (bool, bool, bool) = sqlx::query_as(
         "SELECT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = $1),
                 EXISTS (SELECT 1 FROM pg_roles r WHERE r.rolname = $1 AND pg_has_role(current_user, r.oid, 'MEMBER')),
                 (SELECT rolsuper FROM pg_roles WHERE rolname = current_user)",
     )
     .bind(role)
-    .fetch_one(pool)
+    .fetch_one(&mut *pool)
     .await?;
     let instructions = format!(
         "as an administrator run: CREATE ROLE {role} NOLOGIN; GRANT {role} TO <the host's login>; \
          GRANT SELECT, INSERT, UPDATE, DELETE ON <your plugin's tables> TO {role}"
     );
     if !exists {
-        create(pool, "CREATE ROLE %I NOLOGIN", role)
+        create(&mut *pool, "CREATE ROLE %I NOLOGIN", role)
             .await
             .with_context(|| {
                 format!(
@@ -62,7 +71,7 @@ pub async fn ensure_guest_role(pool: &PgPool, role: &str) -> anyhow::Result<()> 
         );
     }
     if !member && !superuser {
-        create(pool, "GRANT %I TO CURRENT_USER", role)
+        create(&mut *pool, "GRANT %I TO CURRENT_USER", role)
             .await
             .with_context(|| {
                 format!("the host's login cannot switch to the guest role {role}; {instructions}")
@@ -71,7 +80,7 @@ pub async fn ensure_guest_role(pool: &PgPool, role: &str) -> anyhow::Result<()> 
     let guest_is_superuser: bool =
         sqlx::query_scalar("SELECT rolsuper OR rolbypassrls FROM pg_roles WHERE rolname = $1")
             .bind(role)
-            .fetch_one(pool)
+            .fetch_one(&mut *pool)
             .await?;
     if guest_is_superuser {
         bail!("the guest role {role} is a superuser or bypasses row security: it must be an ordinary role");
@@ -83,12 +92,12 @@ pub async fn ensure_guest_role(pool: &PgPool, role: &str) -> anyhow::Result<()> 
 }
 
 /// Runs a role statement with the name quoted by PostgreSQL's own `format('%I')`.
-async fn create(pool: &PgPool, template: &str, role: &str) -> Result<(), sqlx::Error> {
+async fn create(conn: &mut PgConnection, template: &str, role: &str) -> Result<(), sqlx::Error> {
     let statement: String = sqlx::query_scalar("SELECT format($1, $2)")
         .bind(template)
         .bind(role)
-        .fetch_one(pool)
+        .fetch_one(&mut *conn)
         .await?;
-    sqlx::raw_sql(&statement).execute(pool).await?;
+    sqlx::raw_sql(&statement).execute(&mut *conn).await?;
     Ok(())
 }

@@ -206,6 +206,25 @@ pub async fn record_failure(
     .await
 }
 
+/// Removes the attempts row of `message`, which is done or set aside.
+pub async fn forget_attempts(
+    pool: &PgPool,
+    group: &str,
+    message: &Message,
+) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "DELETE FROM inbox_host.attempts
+         WHERE consumer_group = $1 AND topic = $2 AND kafka_partition = $3 AND kafka_offset = $4",
+    )
+    .bind(group)
+    .bind(&message.topic)
+    .bind(message.partition)
+    .bind(message.offset)
+    .execute(pool)
+    .await?;
+    Ok(())
+}
+
 /// The SQLSTATE of a database error, if it is one.
 pub(crate) fn sqlstate(error: &sqlx::Error) -> Option<String> {
     error

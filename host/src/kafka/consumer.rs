@@ -9,7 +9,7 @@ use rdkafka::message::Message as _;
 use rdkafka::{ClientConfig, Offset};
 use tokio::sync::mpsc;
 
-use super::context::GroupContext;
+use super::context::{GroupContext, SESSION_TIMEOUT_MS};
 use super::partition::PartitionStream;
 use super::IdSources;
 
@@ -97,9 +97,11 @@ pub fn client_config(settings: &ConsumerSettings) -> ClientConfig {
         .set("auto.offset.reset", "earliest")
         .set("isolation.level", "read_committed")
         // The poll thread never stops polling (handling happens elsewhere), so this
-        // only bounds how long a lost JoinGroup reply leaves the member outside
-        // the group (librdkafka waits max.poll.interval.ms + 3 s for it).
-        .set("max.poll.interval.ms", "30000")
+        // bounds how long a lost JoinGroup reply leaves the member outside the
+        // group (librdkafka waits max.poll.interval.ms + 3 s for it) and how long
+        // the coordinator waits for members to rejoin a rebalance (more than the
+        // revoke grace). The membership check rejoins sooner (1.5 session timeouts).
+        .set("max.poll.interval.ms", "15000")
         // Each partition's high watermark, for lag (`/metrics`, stall checks).
         .set("statistics.interval.ms", "5000");
     if !next_generation {
@@ -107,7 +109,7 @@ pub fn client_config(settings: &ConsumerSettings) -> ClientConfig {
         // these client-side settings.
         config
             .set("partition.assignment.strategy", "cooperative-sticky")
-            .set("session.timeout.ms", "10000")
+            .set("session.timeout.ms", SESSION_TIMEOUT_MS.to_string())
             .set("heartbeat.interval.ms", "1000");
     }
     for (key, value) in &settings.extra {
@@ -152,8 +154,12 @@ impl Consumer {
         let topics: Vec<&str> = settings.topics.iter().map(String::as_str).collect();
         inner.subscribe(&topics)?;
         let polling = Arc::new(AtomicBool::new(true));
-        let thread = spawn_poller(Arc::downgrade(&inner), polling.clone())
-            .map_err(|e| rdkafka::error::KafkaError::Subscription(e.to_string()))?;
+        let thread = spawn_poller(
+            Arc::downgrade(&inner),
+            polling.clone(),
+            settings.topics.clone(),
+        )
+        .map_err(|e| rdkafka::error::KafkaError::Subscription(e.to_string()))?;
         Ok(Self {
             inner,
             assigned,
@@ -171,6 +177,7 @@ impl Consumer {
         GroupHealth {
             failing: context.failing(),
             joined: context.joined(),
+            outside: context.membership().outside.clone(),
         }
     }
 
@@ -239,6 +246,7 @@ impl Consumer {
 pub struct GroupHealth {
     failing: Arc<AtomicBool>,
     joined: Arc<AtomicBool>,
+    outside: Arc<AtomicBool>,
 }
 
 impl GroupHealth {
@@ -251,6 +259,12 @@ impl GroupHealth {
     pub fn joined(&self) -> bool {
         self.joined.load(Ordering::SeqCst)
     }
+
+    /// Whether the member has been outside its group (or stuck joining) for
+    /// longer than 1.5 session timeouts; it is rejoining.
+    pub fn outside_group(&self) -> bool {
+        self.outside.load(Ordering::SeqCst)
+    }
 }
 
 /// How often, while the brokers fail, the poll thread asks for metadata to learn
@@ -262,6 +276,7 @@ const PROBE_EVERY: Duration = Duration::from_secs(5);
 fn spawn_poller(
     consumer: Weak<BaseConsumer<GroupContext>>,
     polling: Arc<AtomicBool>,
+    topics: Vec<String>,
 ) -> std::io::Result<thread::JoinHandle<()>> {
     thread::Builder::new()
         .name("kafka-group".into())
@@ -292,8 +307,20 @@ fn spawn_poller(
                     ),
                     Some(Err(e)) => consumer.context().client_error(&e),
                 }
+                if consumer.context().membership().take_rejoin() {
+                    rejoin(&consumer, &topics);
+                }
             }
         })
+}
+
+/// Leaves the group and joins it again (a member stuck outside it).
+fn rejoin(consumer: &BaseConsumer<GroupContext>, topics: &[String]) {
+    consumer.unsubscribe();
+    let topics: Vec<&str> = topics.iter().map(String::as_str).collect();
+    if let Err(e) = consumer.subscribe(&topics) {
+        tracing::warn!(error = %e, "could not join the group again; the next check retries");
+    }
 }
 
 #[cfg(test)]

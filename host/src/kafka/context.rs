@@ -42,6 +42,67 @@ pub(super) struct GroupContext {
     /// Each partition's high watermark, from librdkafka's statistics.
     high_watermarks: Arc<Mutex<HashMap<Partition, i64>>>,
     last_commit: Mutex<Instant>,
+    membership: Arc<Membership>,
+}
+
+/// Whether the member is in its group, as librdkafka's statistics say (they
+/// need no member id and no broker round trip): a member outside it, or stuck
+/// joining, for longer than [`OUTSIDE_BOUND`] while the brokers answer is
+/// reported and made to rejoin.
+#[derive(Default)]
+pub(super) struct Membership {
+    /// Since when the statistics have shown the member outside a steady group.
+    outside_since: Mutex<Option<Instant>>,
+    /// Outside for longer than the bound: `/health/ready` says so.
+    pub outside: Arc<AtomicBool>,
+    /// Asks the poll thread to leave and join again.
+    rejoin: AtomicBool,
+}
+
+/// How long a member may stay outside a steady group before it is reported
+/// and rejoins: the session timeout and half again. A rebalance that goes
+/// well ends well within it; a lost JoinGroup reply would otherwise leave the
+/// member waiting `max.poll.interval.ms` + 3 s.
+pub const OUTSIDE_BOUND: Duration = Duration::from_millis(SESSION_TIMEOUT_MS * 3 / 2);
+
+/// The group session timeout the host sets (classic protocol).
+pub const SESSION_TIMEOUT_MS: u64 = 10_000;
+
+impl Membership {
+    /// Reads the group's state from one statistics report. Time while the
+    /// brokers are unreachable does not count: the member cannot rejoin then,
+    /// and `/health/ready` already says the brokers are away.
+    fn observe(&self, state: &str, join_state: &str, brokers_reachable: bool) {
+        let mut since = lock(&self.outside_since);
+        if !brokers_reachable {
+            *since = None;
+            return;
+        }
+        if state == "up" && join_state == "steady" {
+            *since = None;
+            if self.outside.swap(false, Ordering::SeqCst) {
+                tracing::info!("back in the consumer group");
+            }
+            return;
+        }
+        let outside_for = since.get_or_insert_with(Instant::now).elapsed();
+        if outside_for >= OUTSIDE_BOUND {
+            if !self.outside.swap(true, Ordering::SeqCst) {
+                tracing::warn!(
+                    state, join_state, outside_s = outside_for.as_secs(),
+                    "this member has been outside its consumer group for too long; leaving and joining again"
+                );
+            }
+            // The next attempt gets the whole bound again.
+            *since = Some(Instant::now());
+            self.rejoin.store(true, Ordering::SeqCst);
+        }
+    }
+
+    /// Whether the poll thread should leave and join again (clears the request).
+    pub fn take_rejoin(&self) -> bool {
+        self.rejoin.swap(false, Ordering::SeqCst)
+    }
 }
 
 /// Least time between two commits asked for after batches; librdkafka's own
@@ -65,6 +126,7 @@ impl GroupContext {
             joined: Arc::new(AtomicBool::new(false)),
             high_watermarks: Arc::default(),
             last_commit: Mutex::new(Instant::now()),
+            membership: Arc::default(),
         }
     }
 
@@ -89,6 +151,10 @@ impl GroupContext {
 
     pub fn joined(&self) -> Arc<AtomicBool> {
         self.joined.clone()
+    }
+
+    pub fn membership(&self) -> &Arc<Membership> {
+        &self.membership
     }
 
     pub fn high_watermarks(&self) -> Arc<Mutex<HashMap<Partition, i64>>> {
@@ -180,6 +246,11 @@ impl GroupContext {
 
 impl ClientContext for GroupContext {
     fn stats(&self, statistics: rdkafka::Statistics) {
+        if let Some(group) = &statistics.cgrp {
+            let reachable = !self.client_failing.load(Ordering::SeqCst);
+            self.membership
+                .observe(&group.state, &group.join_state, reachable);
+        }
         let mut high = self
             .high_watermarks
             .lock()

@@ -27,6 +27,8 @@ pub struct PartitionStream {
     /// Dropped with the stream: tells a waiting rebalance the worker let go.
     _holding: sync_mpsc::SyncSender<()>,
     failing: bool,
+    /// Whether this stream already reported ids taken from the coordinates.
+    warned: bool,
 }
 
 impl PartitionStream {
@@ -52,6 +54,7 @@ impl PartitionStream {
             warned_coordinates,
             _holding: holding,
             failing: false,
+            warned: false,
         }
     }
 
@@ -103,8 +106,11 @@ impl PartitionStream {
             match self.queue.poll(Duration::ZERO)? {
                 Ok(m) => {
                     self.failing = false;
-                    let mut warned = super::context::lock(&self.warned_coordinates);
-                    return Some(Record::from_message(&m, &self.ids, &mut warned));
+                    let record = Record::from_message(&m, &self.ids);
+                    if record.id_from_coordinates && !self.warned {
+                        self.warn_coordinates();
+                    }
+                    return Some(record);
                 }
                 // Fetch errors (a broker away, an offset out of range) are retried
                 // by librdkafka; say so once per streak and keep reading.
@@ -114,6 +120,19 @@ impl PartitionStream {
                     }
                 }
             }
+        }
+    }
+
+    /// Warns once per topic (across the member's partitions) that records carry
+    /// no id of their own; the shared set is touched once per stream at most.
+    fn warn_coordinates(&mut self) {
+        self.warned = true;
+        if super::context::lock(&self.warned_coordinates).insert(self.topic().to_string()) {
+            tracing::warn!(
+                topic = self.topic(),
+                "records carry no message id header or field; using topic:partition:offset, \
+                 which changes when a message is republished (upstream duplicates will not be caught)"
+            );
         }
     }
 

@@ -1,7 +1,7 @@
 //! Reading the recent records of topics once, outside any consumer group:
 //! nothing is committed and no group's members notice (`inbox-host shadow`).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -78,7 +78,6 @@ pub fn read_recent(
     }
     consumer.assign(&assignment)?;
     let deadline = Instant::now() + within;
-    let mut warned = HashSet::new();
     while !ends.is_empty() {
         if Instant::now() > deadline {
             return Err(KafkaError::from(
@@ -96,7 +95,7 @@ pub fn read_recent(
             continue;
         };
         if message.offset() < end {
-            records.push(Record::from_message(&message, ids, &mut warned));
+            records.push(Record::from_message(&message, ids));
         }
         if message.offset() + 1 >= end {
             ends.remove(&key);

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-/// Wall-clock resolution of the per-message CPU deadline.
+/// Resolution of the per-message deadline (wall-clock time in wasm, not CPU time).
 pub(crate) const EPOCH_TICK: Duration = Duration::from_millis(10);
 
 /// What one message's guest may use.

@@ -1,0 +1,370 @@
+//! Nothing stalls silently: a record the host cannot read, a panic in a
+//! partition's worker, a dead-letter table that refuses rows and replicas
+//! starting together each end with every good record handled, the odd one set
+//! aside once, and the host ready.
+
+use std::time::Duration;
+
+use inbox_host::embedded::Durability;
+use inbox_host_tests::host::{self, Host};
+use inbox_host_tests::stage::Stage;
+use inbox_host_tests::{plugin, raw_headers, unique, wait_until, TestDb};
+
+const LONG: Duration = Duration::from_secs(120);
+
+async fn effects_table(stage: &Stage) {
+    stage
+        .db
+        .execute("CREATE TABLE effects (n int); GRANT INSERT ON effects TO inbox_guest")
+        .await;
+}
+
+async fn wait_ready(host: &Host) {
+    host.status_addr().await;
+    wait_until("the host ready", LONG, || async { host.is_ready() }).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_record_with_a_header_key_that_is_not_utf8_is_set_aside_and_the_records_behind_it_are_handled(
+) {
+    let stage = Stage::new(1).await;
+    effects_table(&stage).await;
+    raw_headers::produce(
+        stage.broker.bootstrap(),
+        &stage.topic,
+        0,
+        &[(b"message_id", b"odd"), (&[b'k', 0xff, 0xfe], b"value")],
+        b"INSERT INTO effects (n) VALUES (0)",
+    )
+    .await;
+    let good = (1..=50).map(|n| {
+        stage.record(
+            &format!("good-{n}"),
+            Some(0),
+            "INSERT INTO effects (n) VALUES (1)",
+        )
+    });
+    stage.produce(good.collect()).await;
+    let host = stage.spawn_host(&plugin("sql-runner"), &[]);
+    wait_until("all 51 records done", LONG, || async {
+        stage.committed(0).await == Some(51)
+    })
+    .await;
+
+    assert_eq!(
+        stage
+            .db
+            .count("SELECT count(*) FROM effects WHERE n = 1")
+            .await,
+        50
+    );
+    assert_eq!(
+        stage
+            .db
+            .count("SELECT count(*) FROM effects WHERE n = 0")
+            .await,
+        0
+    );
+    let reason: String = sqlx::query_scalar(
+        "SELECT reason FROM inbox_host.dead_letters WHERE consumer_group = $1 AND kafka_offset = 0",
+    )
+    .bind(&stage.group)
+    .fetch_one(&stage.db.pool)
+    .await
+    .expect("the odd record is a dead letter");
+    assert!(reason.contains("key is not UTF-8"), "{reason}");
+    assert_eq!(
+        stage
+            .db
+            .count("SELECT count(*) FROM inbox_host.dead_letters")
+            .await,
+        1
+    );
+    wait_ready(&host).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_panic_in_a_partition_worker_sets_its_record_aside_and_the_partition_goes_on() {
+    let stage = Stage::new(1).await;
+    effects_table(&stage).await;
+    let insert = "INSERT INTO effects (n) VALUES (1)";
+    let mut records: Vec<_> = (1..=5)
+        .map(|n| stage.record(&format!("before-{n}"), Some(0), insert))
+        .collect();
+    records.push(stage.record("boom", Some(0), "INSERT INTO effects (n) VALUES (0)"));
+    records.extend((1..=5).map(|n| stage.record(&format!("after-{n}"), Some(0), insert)));
+    stage.produce(records).await;
+    let host = stage.spawn_host_with_env(
+        &plugin("sql-runner"),
+        &[],
+        &[("INBOX_HOST_FAILPOINT_PANIC_ID", "boom")],
+    );
+    wait_until("all 11 records done", LONG, || async {
+        stage.committed(0).await == Some(11)
+    })
+    .await;
+
+    assert_eq!(
+        stage
+            .db
+            .count("SELECT count(*) FROM effects WHERE n = 1")
+            .await,
+        10
+    );
+    assert_eq!(
+        stage
+            .db
+            .count("SELECT count(*) FROM effects WHERE n = 0")
+            .await,
+        0
+    );
+    let (kind, reason): (String, String) = sqlx::query_as(
+        "SELECT failure_kind, reason FROM inbox_host.dead_letters WHERE consumer_group = $1",
+    )
+    .bind(&stage.group)
+    .fetch_one(&stage.db.pool)
+    .await
+    .expect("the record the panic concerned is a dead letter");
+    assert_eq!(kind, "host-panic");
+    assert!(
+        reason.contains("panicked") && reason.contains("boom"),
+        "{reason}"
+    );
+    wait_ready(&host).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_dead_letter_table_that_refuses_rows_retries_only_the_set_aside_never_the_handler() {
+    let stage = Stage::new(1).await;
+    // Each handler run advances `runs` (sequences never roll back), then fails
+    // fatally; each refused dead letter advances `refusals`.
+    stage
+        .db
+        .execute(
+            "CREATE TABLE effects (n int); CREATE SEQUENCE runs; CREATE SEQUENCE refusals;
+             CREATE TABLE letters_open (open int);
+             GRANT INSERT ON effects TO inbox_guest; GRANT USAGE ON SEQUENCE runs TO inbox_guest;
+             CREATE FUNCTION refuse_letters() RETURNS trigger LANGUAGE plpgsql AS $$
+             BEGIN
+                 IF NOT EXISTS (SELECT 1 FROM public.letters_open) THEN
+                     PERFORM nextval('public.refusals');
+                     RAISE EXCEPTION 'dead letters refused by the test';
+                 END IF;
+                 RETURN NEW;
+             END $$;
+             CREATE TRIGGER refuse BEFORE INSERT ON inbox_host.dead_letters
+                 FOR EACH ROW EXECUTE FUNCTION refuse_letters();",
+        )
+        .await;
+    stage
+        .produce(vec![
+            stage.record(
+                "poison",
+                Some(0),
+                "INSERT INTO effects (n) SELECT nextval('runs') / 0",
+            ),
+            stage.record("good", Some(0), "INSERT INTO effects (n) VALUES (1)"),
+        ])
+        .await;
+    let host = stage.spawn_host(&plugin("sql-runner"), &["--max-fatal-attempts", "3"]);
+    let last_value = |sequence: &'static str| {
+        let db = &stage.db;
+        async move {
+            db.count(&format!(
+                "SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM {sequence}"
+            ))
+            .await
+        }
+    };
+    wait_until("three refused dead letters", LONG, || async {
+        last_value("refusals").await >= 3
+    })
+    .await;
+    stage
+        .db
+        .execute("INSERT INTO letters_open VALUES (1)")
+        .await;
+    wait_until("both records done", LONG, || async {
+        stage.committed(0).await == Some(2)
+    })
+    .await;
+
+    assert_eq!(
+        last_value("runs").await,
+        3,
+        "the handler ran exactly --max-fatal-attempts times"
+    );
+    let attempts: i32 = sqlx::query_scalar(
+        "SELECT attempts FROM inbox_host.dead_letters WHERE consumer_group = $1 AND message_id = 'poison'",
+    )
+    .bind(&stage.group)
+    .fetch_one(&stage.db.pool)
+    .await
+    .expect("one dead letter");
+    assert_eq!(attempts, 3);
+    assert_eq!(stage.db.count("SELECT count(*) FROM effects").await, 1);
+    assert_eq!(
+        stage
+            .db
+            .count("SELECT count(*) FROM inbox_host.attempts")
+            .await,
+        0,
+        "the attempts row goes with the record it counted"
+    );
+    wait_ready(&host).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_record_that_succeeds_after_failures_leaves_no_attempts_row() {
+    let stage = Stage::new(1).await;
+    stage
+        .db
+        .execute(
+            "CREATE TABLE gate (open int); CREATE TABLE effects (n int);
+             GRANT SELECT ON gate TO inbox_guest; GRANT INSERT ON effects TO inbox_guest",
+        )
+        .await;
+    let gated = "INSERT INTO effects (n) VALUES (1 / (SELECT count(*)::int FROM gate))";
+    stage
+        .produce(vec![stage.record("late", Some(0), gated)])
+        .await;
+    // Unlimited attempts of a fatal failure only with a budget far away.
+    let _host = stage.spawn_host(&plugin("sql-runner"), &["--max-fatal-attempts", "1000"]);
+    wait_until("a failed attempt counted", LONG, || async {
+        stage
+            .db
+            .count("SELECT count(*) FROM inbox_host.attempts")
+            .await
+            == 1
+    })
+    .await;
+    stage.db.execute("INSERT INTO gate VALUES (1)").await;
+    wait_until("the record done", LONG, || async {
+        stage.committed(0).await == Some(1)
+    })
+    .await;
+    assert_eq!(stage.db.count("SELECT count(*) FROM effects").await, 1);
+    wait_until("its attempts row removed", LONG, || async {
+        stage
+            .db
+            .count("SELECT count(*) FROM inbox_host.attempts")
+            .await
+            == 0
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn three_hosts_started_at_the_same_instant_on_a_fresh_database_all_run() {
+    let db = TestDb::start_empty(Durability::Throwaway).await;
+    let broker = inbox_host::embedded::LocalBroker::start().expect("local broker");
+    let topic = unique("orders");
+    broker.create_topic(&topic, 3).expect("topic");
+    let group = unique("billing");
+    let billing = plugin("billing");
+    let args = [
+        "--plugin",
+        billing.to_str().expect("utf-8"),
+        "--group",
+        &group,
+        "--status-addr",
+        "127.0.0.1:0",
+    ];
+    let env = [
+        ("KAFKA_BROKERS", broker.bootstrap()),
+        ("INBOX_TOPIC", topic.as_str()),
+        ("DATABASE_URL", db.url.as_str()),
+    ];
+    let mut hosts: Vec<Host> = (0..3).map(|_| Host::spawn(&args, &env)).collect();
+    for host in &hosts {
+        wait_ready(host).await;
+    }
+    for host in &mut hosts {
+        assert!(host.is_running(), "{}", host.log());
+    }
+    let applied = db
+        .count("SELECT count(*) FROM inbox_host._sqlx_migrations WHERE success")
+        .await;
+    assert!(applied >= 3, "{applied}");
+}
+
+#[test]
+fn numbers_out_of_range_are_refused_with_the_flag_not_a_panic() {
+    for (args, said) in [
+        (
+            &["--inbox-retention-days", "1e300"][..],
+            "--inbox-retention-days must be a positive number of days, at most 36500",
+        ),
+        (
+            &["--transaction-timeout-ms", "18446744073709551615"][..],
+            "--transaction-timeout-ms must be at most 2147483647",
+        ),
+        (
+            &["--guest-memory-mib", "18446744073709551615"][..],
+            "--guest-memory-mib must be at most 4096",
+        ),
+    ] {
+        let out = host::run(
+            &[
+                &["--plugin", "x.wasm", "--group", "g", "--topic", "t"],
+                args,
+            ]
+            .concat(),
+            &[("DATABASE_URL", "postgres://nobody@127.0.0.1:1/none")],
+        );
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?}");
+        assert!(stderr.contains(said), "{args:?}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+    }
+    for since in ["5é", "9223372036854775807d"] {
+        let out = host::run(
+            &["dead-letters", "list", "--since", since],
+            &[("DATABASE_URL", "postgres://nobody@127.0.0.1:1/none")],
+        );
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{since}");
+        assert!(stderr.contains("--since"), "{since}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{since}: {stderr}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn after_a_broker_outage_past_the_session_timeout_every_partition_commits_again_within_15_s()
+{
+    let stage = Stage::new(3).await;
+    let orders = |from: i64, to: i64| {
+        (from..to)
+            .map(|n| stage.order(&format!("order-{n}"), n))
+            .collect()
+    };
+    stage.produce(orders(0, 30)).await;
+    let host = stage.spawn_host(&plugin("billing"), &[]);
+    wait_until("the first orders committed", LONG, || async {
+        stage.committed_total(3).await == 30
+    })
+    .await;
+    wait_ready(&host).await;
+
+    stage.broker.set_down(true).expect("broker down");
+    // The fault itself: longer than the 10 s session timeout.
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    stage.broker.set_down(false).expect("broker up");
+    let back = std::time::Instant::now();
+    stage.produce(orders(30, 60)).await;
+    wait_until(
+        "every partition committed its new records",
+        LONG,
+        || async { stage.committed_per_partition(3).await == stage.high_watermarks(3).await },
+    )
+    .await;
+    let took = back.elapsed();
+    eprintln!("every partition committed again {took:?} after the broker came back");
+    assert!(
+        took < Duration::from_secs(15),
+        "took {took:?}:\n{}",
+        host.log()
+    );
+    assert_eq!(stage.db.count("SELECT count(*) FROM invoices").await, 60);
+    wait_ready(&host).await;
+}
