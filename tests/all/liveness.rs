@@ -3,9 +3,12 @@
 //! starting together each end with every good record handled, the odd one set
 //! aside once, and the host ready.
 
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use inbox_host::embedded::Durability;
+use inbox_host::kafka;
 use inbox_host_tests::host::{self, Host};
 use inbox_host_tests::stage::Stage;
 use inbox_host_tests::{plugin, raw_headers, unique, wait_until, TestDb};
@@ -367,4 +370,123 @@ async fn after_a_broker_outage_past_the_session_timeout_every_partition_commits_
     );
     assert_eq!(stage.db.count("SELECT count(*) FROM invoices").await, 60);
     wait_ready(&host).await;
+}
+
+/// How long a killed member keeps its partitions: the host's session timeout.
+const SESSION_TIMEOUT: Duration = Duration::from_millis(kafka::SESSION_TIMEOUT_MS);
+
+/// For each partition, the longest time it went with records waiting and no
+/// commit, not counting time inside a killed member's session timeout (no one
+/// may take its partitions then), and the longest such time of the whole
+/// group counting everything, sampled every half second until `stop`.
+async fn watch_stalls(
+    brokers: String,
+    group: String,
+    topic: String,
+    partitions: i32,
+    kills: Arc<std::sync::Mutex<Vec<Instant>>>,
+    stop: Arc<AtomicBool>,
+) -> (Vec<Duration>, Duration) {
+    let mut last = vec![(0i64, Instant::now()); partitions as usize];
+    let mut raw = Duration::ZERO;
+    let mut waiting = vec![Duration::ZERO; partitions as usize];
+    let mut worst = vec![Duration::ZERO; partitions as usize];
+    let mut sampled = Instant::now();
+    while !stop.load(Ordering::SeqCst) {
+        let (b, g, t) = (brokers.clone(), group.clone(), topic.clone());
+        let sample = tokio::task::spawn_blocking(move || {
+            let committed = kafka::committed_offsets(&b, &g, &t, partitions).ok()?;
+            let high = kafka::high_watermarks(&b, &t, partitions).ok()?;
+            Some((committed, high))
+        })
+        .await
+        .expect("task");
+        let now = Instant::now();
+        let elapsed = now - std::mem::replace(&mut sampled, now);
+        let excused = kills
+            .lock()
+            .expect("kills")
+            .iter()
+            .any(|k| now >= *k && now - *k <= SESSION_TIMEOUT);
+        if let Some((committed, high)) = sample {
+            for p in 0..partitions as usize {
+                let at = committed[p].unwrap_or(0);
+                if at > last[p].0 || at >= high[p] {
+                    last[p] = (at, now);
+                    waiting[p] = Duration::ZERO;
+                } else if !excused {
+                    waiting[p] += elapsed;
+                }
+                worst[p] = worst[p].max(waiting[p]);
+                raw = raw.max(now - last[p].1);
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    (worst, raw)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn under_a_churn_of_kills_and_starts_every_partition_with_waiting_work_commits_again_within_15_s_of_its_fault(
+) {
+    const PARTITIONS: i32 = 6;
+    let stage = Stage::new(PARTITIONS).await;
+    let billing = plugin("billing");
+    let mut hosts: Vec<Host> = (0..3).map(|_| stage.spawn_host(&billing, &[])).collect();
+    for host in &hosts {
+        wait_ready(host).await;
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let kills = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let watcher = tokio::spawn(watch_stalls(
+        stage.broker.bootstrap().to_string(),
+        stage.group.clone(),
+        stage.topic.clone(),
+        PARTITIONS,
+        kills.clone(),
+        stop.clone(),
+    ));
+    let mut produced = 0;
+    // The faults themselves: a host killed (SIGKILL) and a new one started
+    // every 3.5 s, with orders arriving all along.
+    for round in 0..12 {
+        let next = produced + 200;
+        stage
+            .produce(
+                (produced..next)
+                    .map(|n| stage.order(&format!("order-{n}"), n))
+                    .collect(),
+            )
+            .await;
+        produced = next;
+        tokio::time::sleep(Duration::from_millis(3_500)).await;
+        hosts[round % 3].kill_hard();
+        kills.lock().expect("kills").push(Instant::now());
+        hosts[round % 3] = stage.spawn_host(&billing, &[]);
+    }
+    wait_until("every order handled and committed", LONG, || async {
+        stage.committed_total(PARTITIONS).await == produced
+    })
+    .await;
+    stop.store(true, Ordering::SeqCst);
+    let (worst, raw) = watcher.await.expect("watcher");
+    let longest = worst.iter().max().copied().unwrap_or_default();
+    eprintln!(
+        "longest wait with records waiting and no commit, outside a killed member's session timeout, per partition: {worst:?}; counting everything: {raw:?}"
+    );
+    assert_eq!(
+        stage
+            .db
+            .count("SELECT count(DISTINCT message_id) FROM invoices")
+            .await,
+        produced
+    );
+    assert_eq!(
+        stage.db.count("SELECT count(*) FROM invoices").await,
+        produced
+    );
+    assert!(
+        longest <= Duration::from_secs(15),
+        "a partition waited {longest:?} without a commit, outside any killed member's session timeout"
+    );
 }

@@ -170,9 +170,10 @@ impl Metrics {
             Some(group) if !group.joined() => {
                 reasons.push("not yet joined the consumer group".to_string())
             }
-            Some(group) if group.outside_group() => reasons.push(
-                "outside the consumer group (or stuck joining) for too long; rejoining".to_string(),
-            ),
+            Some(group) if group.outside_group() => reasons.push(format!(
+                "outside the consumer group (or stuck joining) for longer than {} s",
+                crate::kafka::NOTICE_AFTER.as_secs()
+            )),
             Some(_) => {}
         }
         reasons.extend(self.sampled.partitions.stalled(stall_after));

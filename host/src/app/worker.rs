@@ -248,6 +248,10 @@ impl<S: HandlerSource> Worker<S> {
             .as_ref()
             .is_some_and(|a| a.attempts > 0)
         {
+            // A record the handler ran: done, as far as latency goes.
+            if let Some(metrics) = &self.shared.metrics {
+                metrics.committed_record(self.pending[0].timestamp_ms);
+            }
             self.forget_attempts(0).await;
         }
         let head = self.pending.pop_front()?;

@@ -9,7 +9,7 @@ use rdkafka::message::Message as _;
 use rdkafka::{ClientConfig, Offset};
 use tokio::sync::mpsc;
 
-use super::context::{GroupContext, SESSION_TIMEOUT_MS};
+use super::context::{GroupContext, MAX_POLL_INTERVAL_MS, SESSION_TIMEOUT_MS};
 use super::partition::PartitionStream;
 use super::IdSources;
 
@@ -29,7 +29,7 @@ pub struct ConsumerSettings {
 }
 
 /// How long a rebalance waits, by default, for a revoked partition's batch.
-pub const DEFAULT_REVOKE_GRACE: Duration = Duration::from_secs(10);
+pub const DEFAULT_REVOKE_GRACE: Duration = Duration::from_secs(5);
 
 /// librdkafka properties the host sets itself because its guarantees rest on
 /// them, with what to use instead.
@@ -100,8 +100,8 @@ pub fn client_config(settings: &ConsumerSettings) -> ClientConfig {
         // bounds how long a lost JoinGroup reply leaves the member outside the
         // group (librdkafka waits max.poll.interval.ms + 3 s for it) and how long
         // the coordinator waits for members to rejoin a rebalance (more than the
-        // revoke grace). The membership check rejoins sooner (1.5 session timeouts).
-        .set("max.poll.interval.ms", "15000")
+        // revoke grace).
+        .set("max.poll.interval.ms", MAX_POLL_INTERVAL_MS.to_string())
         // Each partition's high watermark, for lag (`/metrics`, stall checks).
         .set("statistics.interval.ms", "5000");
     if !next_generation {
@@ -261,7 +261,7 @@ impl GroupHealth {
     }
 
     /// Whether the member has been outside its group (or stuck joining) for
-    /// longer than 1.5 session timeouts; it is rejoining.
+    /// longer than [`super::NOTICE_AFTER`] (it rejoins by itself if it lasts).
     pub fn outside_group(&self) -> bool {
         self.outside.load(Ordering::SeqCst)
     }

@@ -46,27 +46,41 @@ pub(super) struct GroupContext {
 }
 
 /// Whether the member is in its group, as librdkafka's statistics say (they
-/// need no member id and no broker round trip): a member outside it, or stuck
-/// joining, for longer than [`OUTSIDE_BOUND`] while the brokers answer is
-/// reported and made to rejoin.
+/// need no member id and no broker round trip). Outside a steady group, with
+/// the brokers answering, for longer than [`NOTICE_AFTER`]: logged once and
+/// reported not ready; for longer than [`REJOIN_AFTER`]: made to leave and join
+/// again.
 #[derive(Default)]
 pub(super) struct Membership {
     /// Since when the statistics have shown the member outside a steady group.
     outside_since: Mutex<Option<Instant>>,
-    /// Outside for longer than the bound: `/health/ready` says so.
+    /// Outside for longer than [`NOTICE_AFTER`]: `/health/ready` says so.
     pub outside: Arc<AtomicBool>,
     /// Asks the poll thread to leave and join again.
     rejoin: AtomicBool,
 }
 
-/// How long a member may stay outside a steady group before it is reported
-/// and rejoins: the session timeout and half again. A rebalance that goes
-/// well ends well within it; a lost JoinGroup reply would otherwise leave the
-/// member waiting `max.poll.interval.ms` + 3 s.
-pub const OUTSIDE_BOUND: Duration = Duration::from_millis(SESSION_TIMEOUT_MS * 3 / 2);
+/// The group session timeout the host sets (classic protocol): Kafka's
+/// smallest by default (`group.min.session.timeout.ms`), so a killed member's
+/// partitions move soon; chosen by measurement (docs/deploy.md).
+pub const SESSION_TIMEOUT_MS: u64 = 6_000;
 
-/// The group session timeout the host sets (classic protocol).
-pub const SESSION_TIMEOUT_MS: u64 = 10_000;
+/// `max.poll.interval.ms`: also the rebalance timeout, and with 3 s more how
+/// long librdkafka waits for a JoinGroup reply before it asks again. The poll
+/// thread never stops polling except in a revoke, which waits at most the
+/// revoke grace (5 s).
+pub const MAX_POLL_INTERVAL_MS: u64 = 10_000;
+
+/// A rebalance that goes well ends within a session timeout or two (a
+/// departed member is waited for that long, and a cooperative rebalance that
+/// moves partitions takes two rounds); past three, the member is reported.
+pub const NOTICE_AFTER: Duration = Duration::from_millis(SESSION_TIMEOUT_MS * 3);
+
+/// Past twice librdkafka's own JoinGroup retry, the member leaves and joins
+/// again by itself. Not sooner: each rejoin starts a rebalance for the whole
+/// group, and members rejoining while others still wait out a killed member's
+/// session kept a churning group from ever settling (measured).
+pub const REJOIN_AFTER: Duration = Duration::from_millis(2 * (MAX_POLL_INTERVAL_MS + 3_000));
 
 impl Membership {
     /// Reads the group's state from one statistics report. Time while the
@@ -86,13 +100,23 @@ impl Membership {
             return;
         }
         let outside_for = since.get_or_insert_with(Instant::now).elapsed();
-        if outside_for >= OUTSIDE_BOUND {
-            if !self.outside.swap(true, Ordering::SeqCst) {
-                tracing::warn!(
-                    state, join_state, outside_s = outside_for.as_secs(),
-                    "this member has been outside its consumer group for too long; leaving and joining again"
-                );
-            }
+        if outside_for >= NOTICE_AFTER && !self.outside.swap(true, Ordering::SeqCst) {
+            tracing::warn!(
+                state,
+                join_state,
+                outside_s = outside_for.as_secs(),
+                "this member has been outside its consumer group (or joining it) for too long; \
+                 reported not ready, and it leaves and joins again if this lasts {} s",
+                REJOIN_AFTER.as_secs()
+            );
+        }
+        if outside_for >= REJOIN_AFTER {
+            tracing::warn!(
+                state,
+                join_state,
+                outside_s = outside_for.as_secs(),
+                "leaving the consumer group and joining it again"
+            );
             // The next attempt gets the whole bound again.
             *since = Some(Instant::now());
             self.rejoin.store(true, Ordering::SeqCst);

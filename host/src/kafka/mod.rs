@@ -21,6 +21,7 @@ pub use consumer::{
     check_config, check_extra, Consumer, ConsumerSettings, GroupHealth, DEFAULT_REVOKE_GRACE,
     OWNED_PROPERTIES,
 };
+pub use context::{MAX_POLL_INTERVAL_MS, NOTICE_AFTER, REJOIN_AFTER, SESSION_TIMEOUT_MS};
 pub use error::{KafkaError, KafkaResult};
 pub use message_id::{IdSource, IdSources};
 pub use partition::{PartitionStream, Watermark};

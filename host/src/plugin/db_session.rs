@@ -95,6 +95,9 @@ type GuestQuery<'q> = sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgA
 /// rows (or the host's refusal of them).
 trait Fetch {
     type Out;
+    /// Whether the guest reads the statement's rows (they are then bounded
+    /// per row on the server too: [`bounded_rows`]).
+    const READS_ROWS: bool;
     fn fetch<'q>(
         query: GuestQuery<'q>,
         tx: &'q mut Tx,
@@ -106,6 +109,7 @@ struct AllRows;
 
 impl Fetch for Count {
     type Out = u64;
+    const READS_ROWS: bool = false;
     async fn fetch<'q>(
         query: GuestQuery<'q>,
         tx: &'q mut Tx,
@@ -116,6 +120,7 @@ impl Fetch for Count {
 
 impl Fetch for AllRows {
     type Out = Rows;
+    const READS_ROWS: bool = true;
     fn fetch<'q>(
         query: GuestQuery<'q>,
         tx: &'q mut Tx,
@@ -133,7 +138,7 @@ impl DbSession {
         sql: &str,
         params: Vec<Value>,
     ) -> wasmtime::Result<Result<F::Out, DbError>> {
-        let keyed = match self.admit(sql, &params) {
+        let keyed = match self.admit(sql, &params, F::READS_ROWS) {
             Ok(keyed) => keyed,
             Err(refused) => return Ok(Err(refused)),
         };
@@ -160,7 +165,7 @@ impl DbSession {
     /// Checks a guest statement and returns the SQL to prepare (keyed by its
     /// parameter types). A refusal is remembered so the failure is classified as a
     /// broken rule.
-    fn admit(&mut self, sql: &str, params: &[Value]) -> Result<String, DbError> {
+    fn admit(&mut self, sql: &str, params: &[Value], reads_rows: bool) -> Result<String, DbError> {
         self.admit_params(params)?;
         if sql.len() > MAX_STATEMENT_BYTES {
             let refused = host_error(
@@ -173,7 +178,10 @@ impl DbSession {
         }
         self.statements
             .check(sql)
-            .map(|()| keyed_sql(sql, params))
+            .map(|admitted| match reads_rows && admitted.rows_in_cte {
+                true => keyed_sql(&bounded_rows(&sql[admitted.start..admitted.end]), params),
+                false => keyed_sql(sql, params),
+            })
             .map_err(|v| {
                 let refused = host_error(
                     STATEMENT_REFUSED,
@@ -281,6 +289,32 @@ const LOGGED_TEXT_BYTES: usize = 512;
 /// A message's statements may send this many times `--max-param-bytes` in all.
 pub(super) const PARAM_BYTES_PER_MESSAGE_FACTOR: usize = 16;
 
+/// The guest's statement read through a CTE whose rows PostgreSQL measures
+/// before sending: a row over [`MAX_RESULT_BYTES`] fails the statement on the
+/// server (a cast of the marker text to `int`, the one error a plain SQL
+/// expression can raise), so the host never buffers it. `pg_column_size` of
+/// the whole row costs a copy, not a conversion; it counts a value stored
+/// compressed at its compressed size, which the host's own bound then catches
+/// as the row arrives. The newline ends a trailing `--` comment of the guest's.
+fn bounded_rows(statement: &str) -> String {
+    format!(
+        "WITH inbox_guest_result AS ({statement}\n) SELECT inbox_guest_row.* \
+         FROM inbox_guest_result AS inbox_guest_row \
+         WHERE CASE WHEN pg_column_size(inbox_guest_row.*) <= {MAX_RESULT_BYTES} THEN true \
+         ELSE ('{ROW_TOO_LARGE}: ' || pg_column_size(inbox_guest_row.*))::int IS NULL END"
+    )
+}
+
+/// What the server's refusal of a row says (in a 22P02 error).
+const ROW_TOO_LARGE: &str = "inbox-host result row too large, bytes";
+
+/// Whether a statement failed because [`bounded_rows`] refused a row.
+fn refused_row(error: &sqlx::Error) -> bool {
+    error.as_database_error().is_some_and(|db| {
+        db.code().as_deref() == Some("22P02") && db.message().contains(ROW_TOO_LARGE)
+    })
+}
+
 /// Fetches and converts rows one at a time until the result ends or passes a
 /// bound; past it, the guest gets `IH004` (the rest of the result is discarded
 /// by the connection). The bound counts what the host holds: every value, NULLs
@@ -292,7 +326,19 @@ async fn fetch_bounded(
     use futures_util::TryStreamExt;
     let mut stream = query.fetch(&mut **tx);
     let (mut columns, mut rows, mut bytes) = (Vec::new(), Vec::new(), 0usize);
-    while let Some(row) = stream.try_next().await? {
+    let too_large = || {
+        host_error(
+            RESULT_TOO_LARGE,
+            format!("the result is larger than {MAX_ROWS} rows or {MAX_RESULT_BYTES} bytes: add a LIMIT or aggregate in SQL"),
+        )
+    };
+    loop {
+        let row = match stream.try_next().await {
+            Ok(Some(row)) => row,
+            Ok(None) => break,
+            Err(e) if refused_row(&e) => return Ok(Err(too_large())),
+            Err(e) => return Err(e),
+        };
         if rows.is_empty() {
             columns = column_names(&row);
         }
@@ -303,10 +349,7 @@ async fn fetch_bounded(
         bytes += row_footprint(&values);
         rows.push(values);
         if rows.len() > MAX_ROWS || bytes > MAX_RESULT_BYTES {
-            return Ok(Err(host_error(
-                RESULT_TOO_LARGE,
-                format!("the result is larger than {MAX_ROWS} rows or {MAX_RESULT_BYTES} bytes: add a LIMIT or aggregate in SQL"),
-            )));
+            return Ok(Err(too_large()));
         }
     }
     Ok(Ok(Rows { columns, rows }))

@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use super::sql_guard::{self, Violation};
+use super::sql_guard::{self, Admitted, Violation};
 
 /// Verdicts kept, by count and by bytes of SQL text, before the memory is
 /// cleared (a guest sending ever-new SQL text cannot grow it without bound).
@@ -20,7 +20,7 @@ pub(crate) struct CheckedStatements {
 
 #[derive(Debug, Default)]
 struct Verdicts {
-    by_sql: HashMap<String, Result<(), Violation>>,
+    by_sql: HashMap<String, Result<Admitted, Violation>>,
     bytes: usize,
 }
 
@@ -32,9 +32,9 @@ impl CheckedStatements {
         }
     }
 
-    pub fn check(&self, sql: &str) -> Result<(), Violation> {
+    pub fn check(&self, sql: &str) -> Result<Admitted, Violation> {
         if !self.enabled {
-            return Ok(());
+            return Ok(Admitted::opaque(sql));
         }
         if let Some(verdict) = self.lock().by_sql.get(sql) {
             return verdict.clone();

@@ -27,6 +27,30 @@ pub struct Violation {
     pub message: String,
 }
 
+/// What the check learned of a statement it admits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Admitted {
+    /// The statement returns rows and can be read through `WITH r AS (...)`
+    /// (a SELECT, or a DML statement with RETURNING, neither with a
+    /// data-modifying WITH of its own): the host then has PostgreSQL refuse a
+    /// result row larger than its bound before sending it.
+    pub rows_in_cte: bool,
+    /// Where the statement itself is in the text (without a trailing `;`).
+    pub start: usize,
+    pub end: usize,
+}
+
+impl Admitted {
+    /// A statement the check did not look into (the whole text, never wrapped).
+    pub fn opaque(sql: &str) -> Self {
+        Self {
+            rows_in_cte: false,
+            start: 0,
+            end: sql.len(),
+        }
+    }
+}
+
 /// The host's own schema: guests never name it.
 pub(super) const HOST_SCHEMA: &str = "inbox_host";
 
@@ -41,7 +65,7 @@ const CHECK_STACK_BYTES: usize = 256 << 20;
 ///
 /// Runs on a thread of its own with a deep stack (see `CHECK_STACK_BYTES`);
 /// callers remember verdicts, so only statements not seen before pay for it.
-pub fn check(sql: &str) -> Result<(), Violation> {
+pub fn check(sql: &str) -> Result<Admitted, Violation> {
     let unchecked = |why: String| {
         violation(
             "syntax",
@@ -59,10 +83,14 @@ pub fn check(sql: &str) -> Result<(), Violation> {
     })
 }
 
-fn check_here(sql: &str) -> Result<(), Violation> {
+fn check_here(sql: &str) -> Result<Admitted, Violation> {
     let parsed = pg_query::parse(sql, 0).map_err(|e| position::syntax_violation(sql, e))?;
-    let stmt = match parsed.protobuf.stmts.as_slice() {
-        [only] => only.stmt.as_ref().and_then(|n| n.node.as_ref()),
+    let (stmt, start, len) = match parsed.protobuf.stmts.as_slice() {
+        [only] => (
+            only.stmt.as_ref().and_then(|n| n.node.as_ref()),
+            only.stmt_location,
+            only.stmt_len,
+        ),
         [] => {
             return Err(violation(
                 "single-statement",
@@ -86,6 +114,16 @@ fn check_here(sql: &str) -> Result<(), Violation> {
         ));
     };
     check_kind(sql, stmt)?;
+    let start = usize::try_from(start).unwrap_or(0).min(sql.len());
+    let end = match usize::try_from(len) {
+        Ok(0) | Err(_) => sql.len(),
+        Ok(len) => (start + len).min(sql.len()),
+    };
+    let admitted = Admitted {
+        rows_in_cte: rows_in_cte(stmt),
+        start,
+        end,
+    };
     // A generic walk of the serialized tree reaches every node, whatever its type;
     // `pg_query`'s own `nodes()` only visits a subset (not VALUES lists or RETURNING).
     let tree = serde_json::to_value(stmt).map_err(|e| {
@@ -94,7 +132,35 @@ fn check_here(sql: &str) -> Result<(), Violation> {
             format!("the parsed statement could not be inspected: {e}"),
         )
     })?;
-    walk::walk(&tree)
+    walk::walk(&tree).map(|()| admitted)
+}
+
+/// Whether the statement returns rows and reads the same through a CTE.
+fn rows_in_cte(stmt: &NodeEnum) -> bool {
+    use NodeEnum::*;
+    let returning = |r: &Option<pg_query::protobuf::ReturningClause>| {
+        r.as_ref().is_some_and(|r| !r.exprs.is_empty())
+    };
+    match stmt {
+        SelectStmt(s) => s.into_clause.is_none() && !modifies_in_with(&s.with_clause),
+        InsertStmt(s) => returning(&s.returning_clause) && !modifies_in_with(&s.with_clause),
+        UpdateStmt(s) => returning(&s.returning_clause) && !modifies_in_with(&s.with_clause),
+        DeleteStmt(s) => returning(&s.returning_clause) && !modifies_in_with(&s.with_clause),
+        _ => false,
+    }
+}
+
+/// A WITH holding a data-modifying statement must stay at the top level.
+fn modifies_in_with(with: &Option<pg_query::protobuf::WithClause>) -> bool {
+    with.iter()
+        .flat_map(|w| &w.ctes)
+        .any(|cte| match &cte.node {
+            Some(NodeEnum::CommonTableExpr(cte)) => !matches!(
+                cte.ctequery.as_deref().and_then(|q| q.node.as_ref()),
+                Some(NodeEnum::SelectStmt(_))
+            ),
+            _ => true,
+        })
 }
 
 pub(super) fn violation(rule: &'static str, message: String) -> Violation {

@@ -4,7 +4,7 @@ use super::*;
 
 fn refused(sql: &str) -> Violation {
     match check(sql) {
-        Ok(()) => panic!("allowed: {sql}"),
+        Ok(_) => panic!("allowed: {sql}"),
         Err(v) => v,
     }
 }
@@ -36,7 +36,37 @@ fn allows_data_statements() {
         "  select 1 ; ",
         "-- comment\nSELECT count(*) FROM public.inbox",
     ] {
-        assert_eq!(check(sql), Ok(()), "{sql}");
+        assert!(check(sql).is_ok(), "{sql}");
+    }
+}
+
+#[test]
+fn statements_returning_rows_are_marked_for_the_row_bound_with_their_own_text() {
+    for (sql, rows_in_cte, text) in [
+        ("SELECT 1;", true, "SELECT 1"),
+        ("  select 1 ; ", true, "select 1"),
+        (
+            "SELECT a FROM t -- trailing",
+            true,
+            "SELECT a FROM t -- trailing",
+        ),
+        ("INSERT INTO t (x) VALUES ($1) RETURNING id", true, ""),
+        ("INSERT INTO t (x) VALUES ($1)", false, ""),
+        ("UPDATE t SET x = 1 RETURNING x", true, ""),
+        ("DELETE FROM t", false, ""),
+        ("WITH a AS (SELECT 1) SELECT * FROM a", true, ""),
+        (
+            "WITH ins AS (INSERT INTO o (x) VALUES ($1) RETURNING id) SELECT id FROM ins",
+            false,
+            "",
+        ),
+        ("VALUES (1), (2)", true, ""),
+    ] {
+        let admitted = check(sql).expect(sql);
+        assert_eq!(admitted.rows_in_cte, rows_in_cte, "{sql}");
+        if !text.is_empty() {
+            assert_eq!(sql[admitted.start..admitted.end].trim(), text, "{sql}");
+        }
     }
 }
 
