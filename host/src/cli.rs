@@ -209,6 +209,17 @@ pub struct DatabaseArgs {
     pub database_url: Option<String>,
 }
 
+impl DatabaseArgs {
+    /// The URL, or the error that says how to give one.
+    pub fn required(&self) -> anyhow::Result<&str> {
+        self.database_url.as_deref().ok_or_else(|| {
+            anyhow::anyhow!(
+                "DATABASE_URL is not set: pass --database-url postgres://... or export DATABASE_URL"
+            )
+        })
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum StrategyArg {
     AtMostOnce,

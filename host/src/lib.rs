@@ -4,8 +4,11 @@
 //! # Layout
 //! - [`cli`]: the command line (clap derive; every flag also from the environment).
 //! - [`app`]: the composition root, the only module that knows Kafka, the inbox and
-//!   plugins together: a worker per assigned partition, and `decide`, the one
-//!   place that says what happens to a record after its outcome.
+//!   plugins together, in four rooms: wiring (`app::run`), the consume path
+//!   (`app::consume`: a worker per assigned partition, and `decide`, the one place
+//!   that says what happens to a record after its outcome), observability
+//!   (`app::observe`) and operator commands (`app::commands`).
+//!   docs/architecture.md walks one record through them.
 //! - [`kafka`]: the group member: each assigned partition as an ordered stream of
 //!   records, offsets stored after the database commit (librdkafka commits them).
 //! - [`inbox`]: the runner: a batch of records in one transaction, inbox rows,

@@ -17,13 +17,11 @@ async fn main() -> ExitCode {
             Ok(settings) => app::run(settings, shutdown_signal()).await,
             Err(e) => Err(e),
         },
-        Command::Migrate(db) => match db.database_url {
-            Some(url) => app::migrate(&url)
+        Command::Migrate(db) => match db.required() {
+            Ok(url) => app::migrate(url)
                 .await
                 .map(|()| println!("migrations applied")),
-            None => Err(anyhow::anyhow!(
-                "DATABASE_URL is not set: pass --database-url postgres://... or export DATABASE_URL"
-            )),
+            Err(e) => Err(e),
         },
         Command::Check {
             plugin,

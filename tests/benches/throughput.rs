@@ -16,7 +16,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use inbox_host::app::NativeBilling;
+use inbox_host::embedded::NativeBilling;
 use inbox_host::embedded::{Durability, LocalBroker};
 use inbox_host::inbox::Handler;
 use inbox_host::kafka::{self, OutgoingRecord};

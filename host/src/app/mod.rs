@@ -1,45 +1,33 @@
 //! The composition root: the only module that knows Kafka, the inbox runner and
-//! the plugin runtime together.
+//! the plugin runtime together. Four rooms: the wiring here (`run`, `settings`,
+//! `database`, `retention`), the consume path (`consume`), observability
+//! (`observe`) and operator commands (`commands`); `delivery` is the leaf they
+//! share (what happened to a record).
 
+pub mod commands;
+pub mod consume;
 mod database;
-mod dead_letter_topic;
-mod dead_letters;
-mod decide;
-mod dev;
-mod failpoint;
-mod lab;
-mod metrics;
-mod native_billing;
-mod pending;
-mod pipeline;
-mod progress;
+pub mod delivery;
+pub mod observe;
 mod retention;
 mod settings;
-mod shadow;
-mod status;
-mod traces;
-mod worker;
 
 use std::future::Future;
 
 use anyhow::Context;
 
-pub(crate) use database::{connect, connect_in};
-pub use dead_letters::dead_letters;
-pub use decide::{decide, Backoff, RetryPolicy, Step};
-pub use dev::dev;
-pub use lab::{lab, LabRow};
-pub use metrics::Metrics;
-pub use native_billing::NativeBilling;
-pub use pipeline::{Delivery, HandlerSource, Pipeline, PipelineLimits, StopWhen, Verdict};
+pub use commands::{build, check, dead_letters, dev, lab, migrate, shadow, LabRow};
+pub use consume::{
+    decide, Backoff, HandlerSource, Pipeline, PipelineLimits, RetryPolicy, Step, StopWhen,
+};
+pub use delivery::{Delivery, Verdict};
+pub use observe::{Metrics, Traces};
 pub use settings::RunSettings;
-pub use shadow::shadow;
-pub use traces::Traces;
 
-use crate::inbox::{self, Runner};
+use crate::inbox::Runner;
 use crate::kafka::Consumer;
 use crate::plugin::{Plugin, PluginCell, Runtime, Watcher};
-use dead_letter_topic::DeadLetterTopic;
+use consume::DeadLetterTopic;
 
 /// Runs `inbox-host` with a plugin until `shutdown` resolves.
 ///
@@ -64,7 +52,7 @@ pub async fn run(settings: RunSettings, shutdown: impl Future<Output = ()>) -> a
     metrics.watch_plugin(cell.clone());
     if let Some(listener) = status {
         tracing::info!(addr = %listener.local_addr()?, "serving /metrics, /health/live and /health/ready");
-        tokio::spawn(status::serve(
+        tokio::spawn(observe::serve(
             listener,
             metrics.clone(),
             cell.clone(),
@@ -113,7 +101,7 @@ pub async fn run(settings: RunSettings, shutdown: impl Future<Output = ()>) -> a
         )
     })?;
     metrics.watch_kafka(consumer.group_health());
-    let _progress = tokio::spawn(log_progress(metrics.clone()));
+    let _progress = tokio::spawn(observe::log_progress(metrics.clone()));
     let pipeline = Pipeline {
         consumer,
         runner: Runner::new(pool, settings.runner.clone()),
@@ -133,33 +121,6 @@ pub async fn run(settings: RunSettings, shutdown: impl Future<Output = ()>) -> a
     Ok(())
 }
 
-/// How often the progress line is logged.
-const PROGRESS_EVERY: std::time::Duration = std::time::Duration::from_secs(30);
-
-/// One info line every 30 s saying how the host is doing, instead of a line per
-/// message (those are at debug).
-async fn log_progress(metrics: std::sync::Arc<Metrics>) {
-    let mut ticks = tokio::time::interval(PROGRESS_EVERY);
-    ticks.tick().await;
-    let mut last = metrics.totals();
-    loop {
-        ticks.tick().await;
-        let now = metrics.totals();
-        let processed = now.processed - last.processed;
-        tracing::info!(
-            processed,
-            per_second = processed as f64 / PROGRESS_EVERY.as_secs_f64(),
-            duplicates = now.duplicates - last.duplicates,
-            failures = now.failures - last.failures,
-            set_aside = now.set_aside - last.set_aside,
-            lag = now.lag,
-            partitions = now.partitions,
-            "progress over the last 30 s"
-        );
-        last = now;
-    }
-}
-
 /// What the local checks produced.
 struct Preflight {
     runtime: Runtime,
@@ -175,7 +136,7 @@ async fn preflight(settings: &RunSettings) -> anyhow::Result<Preflight> {
     let mut problems = Vec::new();
     let runtime =
         Runtime::with_compile_cache(settings.sandbox.clone(), settings.compile_cache.as_deref())?;
-    let plugin = load_plugin(&runtime, &settings.plugin)
+    let plugin = Plugin::load_checked(&runtime, &settings.plugin)
         .await
         .map_err(|e| problems.push(format!("{e:#}")))
         .ok();
@@ -229,49 +190,4 @@ fn spawn_hot_swap(
     });
     let watcher = Watcher::new(path, runtime.clone(), cell.clone());
     tokio::spawn(watcher.run(reload_rx))
-}
-
-/// Applies the host's migrations.
-pub async fn migrate(database_url: &str) -> anyhow::Result<()> {
-    let pool = connect(database_url, 2).await?;
-    inbox::migrate(&pool).await.context("applying migrations")?;
-    Ok(())
-}
-
-/// Validates a plugin offline (leaving it compiled in `compile_cache`);
-/// returns its digest.
-pub async fn check(
-    path: &std::path::Path,
-    compile_cache: Option<&std::path::Path>,
-) -> anyhow::Result<String> {
-    let runtime = Runtime::with_compile_cache(Default::default(), compile_cache)?;
-    let plugin = load_plugin(&runtime, path).await?;
-    Ok(plugin.digest().to_string())
-}
-
-/// `inbox-host build`: builds the plugin folder with its language's toolchain,
-/// then checks the component (leaving it compiled in the cache); returns the
-/// component's path and digest.
-pub async fn build(args: &crate::cli::BuildArgs) -> anyhow::Result<(std::path::PathBuf, String)> {
-    let output = crate::toolchain::output_path(&args.source, args.output.as_deref())?;
-    let (dir, built, toolchains) = (args.source.clone(), output.clone(), args.toolchains()?);
-    tokio::task::spawn_blocking(move || crate::toolchain::build(&dir, &built, &toolchains))
-        .await??;
-    let digest = check(&output, args.compile_cache.dir().as_deref())
-        .await
-        .with_context(|| {
-            format!(
-                "the built component {} does not pass the check",
-                output.display()
-            )
-        })?;
-    Ok((output, digest))
-}
-
-/// Compiles a plugin off the async threads and instantiates it once in the sandbox.
-pub async fn load_plugin(runtime: &Runtime, path: &std::path::Path) -> anyhow::Result<Plugin> {
-    let (runtime, owned) = (runtime.clone(), path.to_path_buf());
-    let plugin = tokio::task::spawn_blocking(move || Plugin::load(&runtime, &owned)).await??;
-    plugin.check_instantiation().await?;
-    Ok(plugin)
 }

@@ -11,8 +11,7 @@ use crate::inbox::{CommitOn, RunnerSettings, Strategy};
 use crate::kafka::{self, ConsumerSettings, IdSources};
 use crate::plugin::SandboxLimits;
 
-use super::decide::{Backoff, RetryPolicy};
-use super::PipelineLimits;
+use super::consume::{Backoff, PipelineLimits, RetryPolicy};
 
 /// Everything `inbox-host run` needs, checked.
 #[derive(Debug, Clone)]
@@ -89,10 +88,13 @@ impl RunSettings {
                 ));
             }
         }
-        let database_url = args.database.database_url.clone().unwrap_or_default();
-        if args.database.database_url.is_none() {
-            problems.push("DATABASE_URL is not set: pass --database-url postgres://... or export DATABASE_URL".to_string());
-        }
+        let database_url = match args.database.required() {
+            Ok(url) => url.to_string(),
+            Err(e) => {
+                problems.push(e.to_string());
+                String::new()
+            }
+        };
         let strategy = match (args.strategy, args.commit_on) {
             (StrategyArg::AtMostOnce, _) => Strategy::AtMostOnce,
             (StrategyArg::AtLeastOnce, CommitOnArg::OnPersist) => {
@@ -250,7 +252,7 @@ pub fn default_worker_id() -> String {
 }
 
 /// `--kafka-opt key=value` options as pairs, or what is wrong with each bad one.
-pub(super) fn kafka_options(options: &[String]) -> Result<Vec<(String, String)>, Vec<String>> {
+pub(crate) fn kafka_options(options: &[String]) -> Result<Vec<(String, String)>, Vec<String>> {
     let (mut pairs, mut bad) = (Vec::new(), Vec::new());
     for option in options.iter().filter(|o| !o.trim().is_empty()) {
         match option.split_once('=') {

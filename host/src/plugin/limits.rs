@@ -22,9 +22,6 @@ pub struct SandboxLimits {
     pub max_stack_bytes: usize,
     /// Bytes of stdout and of stderr kept per message for the host log.
     pub output_bytes: usize,
-    /// Check guest SQL before it runs (docs/security.md). Off only to measure
-    /// what the check costs; never in production.
-    pub check_sql: bool,
     /// Keep a guest's instance for its next message instead of instantiating
     /// afresh (`--reuse-instance`, docs/plugins.md): its globals and heap carry
     /// over; an instance whose message failed in any way is discarded.
@@ -39,7 +36,6 @@ impl Default for SandboxLimits {
             max_param_bytes: 1 << 20,
             max_stack_bytes: 512 << 10,
             output_bytes: 256 << 10,
-            check_sql: true,
             reuse_instance: false,
         }
     }

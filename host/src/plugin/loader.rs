@@ -96,6 +96,43 @@ impl Plugin {
         Self::from_bytes(runtime, &name, &shown, &bytes)
     }
 
+    /// Reads, compiles and checks a plugin file off the async threads, then
+    /// instantiates it once in the sandbox: what every version goes through
+    /// before it may run (at start, `check`, `shadow`).
+    pub async fn load_checked(runtime: &Runtime, path: &Path) -> anyhow::Result<Self> {
+        let (runtime, owned) = (runtime.clone(), path.to_path_buf());
+        Ok(Self::checked(tokio::task::spawn_blocking(move || {
+            Self::load(&runtime, &owned)
+        }))
+        .await?)
+    }
+
+    /// [`Plugin::from_bytes`] off the async threads, then one instantiation in
+    /// the sandbox (a hot swap's candidate).
+    pub async fn from_bytes_checked(
+        runtime: &Runtime,
+        name: String,
+        shown: String,
+        bytes: Vec<u8>,
+    ) -> Result<Self, LoadError> {
+        let runtime = runtime.clone();
+        Self::checked(tokio::task::spawn_blocking(move || {
+            Self::from_bytes(&runtime, &name, &shown, &bytes)
+        }))
+        .await
+    }
+
+    async fn checked(
+        compiled: tokio::task::JoinHandle<Result<Self, LoadError>>,
+    ) -> Result<Self, LoadError> {
+        let plugin = compiled.await.map_err(|join| LoadError::Invalid {
+            path: "the plugin".into(),
+            reason: format!("compiling it panicked: {join}"),
+        })??;
+        plugin.check_instantiation().await?;
+        Ok(plugin)
+    }
+
     /// Compiles and checks plugin bytes; `shown` names the source in errors.
     pub fn from_bytes(
         runtime: &Runtime,

@@ -77,7 +77,7 @@ impl Runtime {
         Ok(Self {
             engine,
             linker: Arc::new(linker),
-            statements: Arc::new(CheckedStatements::new(limits.check_sql)),
+            statements: Arc::new(CheckedStatements::new()),
             guest_nanos: Arc::default(),
             limits,
         })

@@ -12,9 +12,8 @@ use super::sql_guard::{self, Admitted, Violation};
 const CAPACITY: usize = 4096;
 const CAPACITY_BYTES: usize = 4 << 20;
 
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub(crate) struct CheckedStatements {
-    enabled: bool,
     verdicts: Mutex<Verdicts>,
 }
 
@@ -25,17 +24,11 @@ struct Verdicts {
 }
 
 impl CheckedStatements {
-    pub fn new(enabled: bool) -> Self {
-        Self {
-            enabled,
-            verdicts: Mutex::new(Verdicts::default()),
-        }
+    pub fn new() -> Self {
+        Self::default()
     }
 
     pub fn check(&self, sql: &str) -> Result<Admitted, Violation> {
-        if !self.enabled {
-            return Ok(Admitted::opaque(sql));
-        }
         if let Some(verdict) = self.lock().by_sql.get(sql) {
             return verdict.clone();
         }
@@ -60,7 +53,7 @@ mod tests {
 
     #[test]
     fn statements_nested_as_deep_as_the_size_bound_allows_are_refused_not_fatal() {
-        let checks = CheckedStatements::new(true);
+        let checks = CheckedStatements::new();
         let n = 30_000;
         for sql in [
             format!("SELECT 1{}", "+1".repeat(n)),
@@ -73,7 +66,7 @@ mod tests {
 
     #[test]
     fn the_verdict_memory_is_bounded_in_bytes() {
-        let checks = CheckedStatements::new(true);
+        let checks = CheckedStatements::new();
         for i in 0..200 {
             let _ = checks.check(&format!("SELECT {i} /* {} */", "x".repeat(60 << 10)));
         }

@@ -150,24 +150,8 @@ impl Watcher {
         if digest == active.digest() || self.rejected.as_deref() == Some(digest.as_str()) {
             return;
         }
-        let (runtime, name, shown) = (
-            self.runtime.clone(),
-            active.name().to_string(),
-            self.path.display().to_string(),
-        );
-        let loaded = tokio::task::spawn_blocking(move || {
-            Plugin::from_bytes(&runtime, &name, &shown, &bytes)
-        })
-        .await;
-        let checked = match loaded {
-            Ok(Ok(plugin)) => plugin.check_instantiation().await.map(|()| plugin),
-            Ok(Err(e)) => Err(e),
-            Err(join) => {
-                tracing::error!(error = %join, "loading the new plugin version panicked; keeping the active version");
-                return;
-            }
-        };
-        match checked {
+        let (name, shown) = (active.name().to_string(), self.path.display().to_string());
+        match Plugin::from_bytes_checked(&self.runtime, name, shown, bytes).await {
             Ok(plugin) => {
                 let new = plugin.digest().to_string();
                 let old = self.cell.replace(plugin);

@@ -40,17 +40,6 @@ pub struct Admitted {
     pub end: usize,
 }
 
-impl Admitted {
-    /// A statement the check did not look into (the whole text, never wrapped).
-    pub fn opaque(sql: &str) -> Self {
-        Self {
-            rows_in_cte: false,
-            start: 0,
-            end: sql.len(),
-        }
-    }
-}
-
 /// The host's own schema: guests never name it.
 pub(super) const HOST_SCHEMA: &str = "inbox_host";
 

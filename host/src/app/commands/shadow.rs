@@ -26,20 +26,18 @@ struct Tried {
 /// Runs the shadow and prints its report; an error when the new version fails
 /// records the live version processed (so a deploy script can gate on it).
 pub async fn shadow(args: ShadowArgs) -> anyhow::Result<()> {
-    let Some(url) = args.database.database_url.as_deref() else {
-        bail!("DATABASE_URL is not set: pass --database-url postgres://... or export DATABASE_URL");
-    };
+    let url = args.database.required()?;
     let ids: IdSources = args
         .message_id
         .parse()
         .map_err(|e: String| anyhow::anyhow!("--message-id: {e}"))?;
-    let extra = super::settings::kafka_options(&args.kafka_opts)
+    let extra = crate::app::settings::kafka_options(&args.kafka_opts)
         .map_err(|bad| anyhow::anyhow!("{}", bad.join("\n  ")))?;
     let runtime = Runtime::with_compile_cache(
         SandboxLimits::default(),
         args.compile_cache.dir().as_deref(),
     )?;
-    let plugin = super::load_plugin(&runtime, &args.plugin).await?;
+    let plugin = crate::plugin::Plugin::load_checked(&runtime, &args.plugin).await?;
     let start = match args.from_offset {
         Some(offset) => Start::Offset(offset),
         None => Start::Last(args.last),
@@ -57,7 +55,7 @@ pub async fn shadow(args: ShadowArgs) -> anyhow::Result<()> {
         )
     })?;
 
-    let pool = super::connect(url, 2).await?;
+    let pool = crate::app::database::connect(url, 2).await?;
     let runner = Runner::new(
         pool.clone(),
         RunnerSettings {
@@ -72,7 +70,7 @@ pub async fn shadow(args: ShadowArgs) -> anyhow::Result<()> {
     );
     let mut tried = Vec::with_capacity(records.len());
     for record in records {
-        let (message, unusable) = super::pending::message_of(record);
+        let (message, unusable) = crate::app::consume::message_of(record);
         let outcome = match unusable {
             Some(why) => Outcome::Failed(inbox::HandlerError::new(
                 inbox::FailureKind::HandlerError,

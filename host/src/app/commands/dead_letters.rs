@@ -15,13 +15,11 @@ use crate::kafka::{Publication, Publisher};
 /// redrive, which letters were not redriven.
 pub async fn dead_letters(args: DeadLettersArgs) -> anyhow::Result<()> {
     // Every flag is checked before connecting.
-    let Some(url) = args.database.database_url.as_deref() else {
-        bail!("DATABASE_URL is not set: pass --database-url postgres://... or export DATABASE_URL");
-    };
+    let url = args.database.required()?;
     match args.action {
         LetterAction::List { filter, limit } => {
             let filter = filter_of(&filter, Utc::now())?;
-            let pool = super::connect(url, 2).await?;
+            let pool = crate::app::database::connect(url, 2).await?;
             let (letters, total) = inbox::list_letters(&pool, &filter, limit.max(0)).await?;
             if args.json {
                 println!("{}", json!({ "total": total, "letters": letters }));
@@ -31,7 +29,7 @@ pub async fn dead_letters(args: DeadLettersArgs) -> anyhow::Result<()> {
             Ok(())
         }
         LetterAction::Show { id } => {
-            let pool = super::connect(url, 2).await?;
+            let pool = crate::app::database::connect(url, 2).await?;
             let Some(letter) = inbox::show_letter(&pool, id).await? else {
                 bail!("no dead letter {id}: see `inbox-host dead-letters list`");
             };
@@ -44,11 +42,11 @@ pub async fn dead_letters(args: DeadLettersArgs) -> anyhow::Result<()> {
         }
         LetterAction::Redrive(redrive) => {
             let selection = Selection::of(&redrive)?;
-            let extra = super::settings::kafka_options(&redrive.kafka_opts)
+            let extra = crate::app::settings::kafka_options(&redrive.kafka_opts)
                 .map_err(|bad| anyhow::anyhow!("{}", bad.join("\n  ")))?;
             let publisher = Publisher::new(&redrive.brokers, &extra)
                 .with_context(|| format!("the producer for {}", redrive.brokers))?;
-            let pool = super::connect(url, 2).await?;
+            let pool = crate::app::database::connect(url, 2).await?;
             let ids = match selection {
                 Selection::Ids(ids) => ids,
                 Selection::Matching(filter) => inbox::letter_ids(&pool, &filter).await?,
@@ -199,7 +197,7 @@ async fn redrive_one(
         .to_topic
         .clone()
         .unwrap_or_else(|| message.topic.clone());
-    let headers = super::dead_letter_topic::original_headers(message);
+    let headers = crate::app::consume::original_headers(message);
     let (partition, offset) = publisher
         .publish(&Publication {
             topic: &topic,

@@ -1,4 +1,4 @@
-//! The reference lab (DESIGN.md §3): each acknowledgement strategy against a
+//! The reference lab (README, "The reference lab"): each acknowledgement strategy against a
 //! handler that writes an invoice and then fails, and the duplicate case. Every
 //! number printed is read back from the database and the broker.
 
@@ -9,9 +9,11 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use anyhow::Context;
 use sqlx::PgPool;
 
-use super::native_billing::NativeBilling;
-use super::{connect, connect_in, Delivery, Pipeline, StopWhen, Verdict};
+use crate::app::consume::{Pipeline, StopWhen};
+use crate::app::database::{connect, connect_in};
+use crate::app::delivery::{Delivery, Verdict};
 use crate::cli::LabArgs;
+use crate::embedded::NativeBilling;
 use crate::embedded::{Durability, LocalBroker, TempPostgres};
 use crate::inbox::{self, CommitOn, Outcome, Runner, RunnerSettings, Strategy};
 use crate::kafka::{self, Consumer, ConsumerSettings, IdSources, OutgoingRecord};

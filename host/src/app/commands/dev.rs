@@ -6,7 +6,7 @@ use std::future::Future;
 
 use anyhow::Context;
 
-use super::connect;
+use crate::app::database::connect;
 use crate::cli::DevArgs;
 use crate::embedded::{Durability, LocalBroker, TempPostgres};
 use crate::inbox;

@@ -18,7 +18,7 @@ use opentelemetry_sdk::propagation::TraceContextPropagator;
 use opentelemetry_sdk::trace::{SdkTracer, SdkTracerProvider};
 use opentelemetry_sdk::Resource;
 
-use super::pipeline::Verdict;
+use crate::app::delivery::Verdict;
 use crate::inbox::{Header, Message, Outcome};
 
 const ENDPOINT: &str = "OTEL_EXPORTER_OTLP_ENDPOINT";

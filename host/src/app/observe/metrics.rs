@@ -17,8 +17,8 @@ use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 use sqlx::PgPool;
 
-use super::pipeline::Verdict;
 use super::progress::Partitions;
+use crate::app::delivery::Verdict;
 use crate::inbox::{FailureKind, Outcome};
 use crate::kafka::GroupHealth;
 use crate::plugin::PluginCell;

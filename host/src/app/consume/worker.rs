@@ -19,10 +19,9 @@ use super::dead_letter_topic::DeadLetterTopic;
 use super::decide::{self, Step};
 use super::failpoint;
 use super::pending::{Aside, Pending};
-use super::pipeline::{Delivery, HandlerSource, PipelineLimits, Verdict};
-use super::progress::Tracked;
-use super::traces::Attempt;
-use super::{Metrics, Traces};
+use super::source::{HandlerSource, PipelineLimits};
+use crate::app::delivery::{Delivery, Verdict};
+use crate::app::observe::{Attempt, Metrics, Traces, Tracked};
 use crate::inbox::{self, DeadLetter, FailureKind, Handler, Message, Outcome, Runner};
 use crate::kafka::{PartitionStream, Record};
 

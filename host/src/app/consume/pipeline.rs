@@ -12,90 +12,12 @@ use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
 use super::dead_letter_topic::DeadLetterTopic;
-use super::decide::RetryPolicy;
+use super::source::{HandlerSource, PipelineLimits};
 use super::worker::{Shared, Worker};
-use crate::inbox::{Handler, Message, Outcome, Runner};
+use crate::app::delivery::Delivery;
+use crate::app::observe::{Metrics, Traces};
+use crate::inbox::Runner;
 use crate::kafka::Consumer;
-
-/// Gives the handler version a new batch starts on (a hot-swappable plugin, or
-/// a fixed native handler).
-pub trait HandlerSource: Send + Sync + 'static {
-    type Handler: Handler + Send + Sync + 'static;
-    fn current(&self) -> Arc<Self::Handler>;
-}
-
-impl HandlerSource for crate::plugin::PluginCell {
-    type Handler = crate::plugin::Plugin;
-    fn current(&self) -> Arc<Self::Handler> {
-        crate::plugin::PluginCell::current(self)
-    }
-}
-
-impl<H: Handler + Send + Sync + 'static> HandlerSource for Arc<H> {
-    type Handler = H;
-    fn current(&self) -> Arc<H> {
-        Arc::clone(self)
-    }
-}
-
-/// What happened to one delivered record, as reported to an observer.
-#[derive(Debug, Clone)]
-pub struct Delivery {
-    pub topic: String,
-    pub partition: i32,
-    pub offset: i64,
-    pub message_id: Option<String>,
-    pub verdict: Verdict,
-    /// Whether it was acknowledged (its offset stored, or committed before it
-    /// was handled).
-    pub committed: bool,
-}
-
-impl Delivery {
-    pub(super) fn of(message: &Message, verdict: Verdict, committed: bool) -> Self {
-        Self {
-            topic: message.topic.clone(),
-            partition: message.partition,
-            offset: message.offset,
-            message_id: Some(message.message_id.clone()).filter(|id| !id.is_empty()),
-            verdict,
-            committed,
-        }
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Verdict {
-    /// The runner's outcome.
-    Handled(Outcome),
-    /// Not handled: recorded in `inbox_host.dead_letters` with this reason.
-    SetAside(String),
-}
-
-/// What the pipeline accepts, how it batches and how it retries.
-#[derive(Debug, Clone)]
-pub struct PipelineLimits {
-    pub max_message_bytes: usize,
-    pub retry: RetryPolicy,
-    /// Most records in one transaction (`1`: one transaction per record).
-    pub batch_max: usize,
-    /// How long a worker waits for more records to fill a batch.
-    pub batch_linger: Duration,
-    /// Most batches in flight at once, across partitions.
-    pub concurrency: usize,
-}
-
-impl Default for PipelineLimits {
-    fn default() -> Self {
-        Self {
-            max_message_bytes: 1 << 20,
-            retry: RetryPolicy::default(),
-            batch_max: 100,
-            batch_linger: Duration::from_millis(5),
-            concurrency: 8,
-        }
-    }
-}
 
 /// When to stop besides the shutdown signal (for the lab and tools).
 #[derive(Debug, Clone, Copy, Default)]
@@ -110,9 +32,9 @@ pub struct Pipeline<S> {
     pub source: S,
     pub limits: PipelineLimits,
     pub observer: Option<UnboundedSender<Delivery>>,
-    pub metrics: Option<Arc<super::Metrics>>,
+    pub metrics: Option<Arc<Metrics>>,
     /// Spans per attempt, when an OTLP endpoint is configured.
-    pub traces: Option<Arc<super::Traces>>,
+    pub traces: Option<Arc<Traces>>,
     /// Where set-aside records are published too.
     pub dead_letter_topic: Option<DeadLetterTopic>,
 }

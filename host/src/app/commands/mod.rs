@@ -1,0 +1,15 @@
+//! Operator commands, a file each: `lab`, `dev`, `shadow`, `dead-letters`,
+//! and `migrate`/`check`/`build` (in `build`). A command that needs a piece of
+//! the consume path calls a public function of `app::consume`.
+
+mod build;
+mod dead_letters;
+mod dev;
+mod lab;
+mod shadow;
+
+pub use build::{build, check, migrate};
+pub use dead_letters::dead_letters;
+pub use dev::dev;
+pub use lab::{lab, LabRow};
+pub use shadow::shadow;
