@@ -1,0 +1,119 @@
+//! Setting a record aside and the attempts that lead there: the worker's one
+//! owner of `inbox_host.attempts` (counted in `count_attempt`, removed in
+//! `forget_attempts`) and of the dead-letter table and topic.
+
+use std::time::Duration;
+
+use super::Worker;
+use crate::app::consume::decide;
+use crate::app::consume::source::HandlerSource;
+use crate::app::delivery::Verdict;
+use crate::inbox::{self, DeadLetter, Outcome};
+
+impl<S: HandlerSource> Worker<S> {
+    /// Sets the head aside as decided; on failure, only the set-aside is tried
+    /// again after a backoff, never the handler.
+    pub(super) async fn set_aside_head(&mut self) -> Option<Duration> {
+        self.in_flight = 1;
+        let recorded = self.set_aside(0).await;
+        self.in_flight = 0;
+        if !recorded {
+            return Some(self.retry_delay());
+        }
+        if self.pending[0]
+            .aside
+            .as_ref()
+            .is_some_and(|a| a.attempts > 0)
+        {
+            // A record the handler ran: done, as far as latency goes.
+            if let Some(metrics) = &self.shared.metrics {
+                metrics.committed_record(self.pending[0].timestamp_ms);
+            }
+            self.forget_attempts(0).await;
+        }
+        let head = self.pending.pop_front()?;
+        self.acknowledge(head.message.offset);
+        self.attempts = 0;
+        None
+    }
+
+    /// Counts a failed attempt of the pending record `at`: in
+    /// `inbox_host.attempts` when the record may be retried (so the budget
+    /// survives restarts), else in memory.
+    pub(super) async fn count_attempt(&mut self, at: usize, outcome: &Outcome) -> u32 {
+        self.attempts += 1;
+        let strategy = self.shared.runner.settings().strategy;
+        if let (Outcome::Failed(e), true) = (outcome, decide::counts_attempt(outcome, strategy)) {
+            let runner = &self.shared.runner;
+            let group = &runner.settings().group;
+            let message = &self.pending[at].message;
+            match inbox::record_failure(runner.pool(), group, message, &e.to_string()).await {
+                Ok(total) => self.attempts = u32::try_from(total).unwrap_or(self.attempts),
+                Err(db) => tracing::warn!(error = %db, "could not record the failed attempt"),
+            }
+        }
+        if let Some(tracked) = &self.progress {
+            tracked.progress.holding(self.attempts);
+        }
+        self.attempts
+    }
+
+    /// Removes the attempts row of the pending record `at`, now done (or set
+    /// aside). A failure only leaves it to retention.
+    pub(super) async fn forget_attempts(&self, at: usize) {
+        let runner = &self.shared.runner;
+        let message = &self.pending[at].message;
+        if let Err(e) =
+            inbox::forget_attempts(runner.pool(), &runner.settings().group, message).await
+        {
+            tracing::debug!(error = %e, "could not remove the record's attempts row; retention removes it");
+        }
+    }
+
+    /// Records the pending record `at` in `inbox_host.dead_letters` as decided
+    /// and, with `--dead-letter-topic`, publishes it there; returns whether both
+    /// were done (if not, the set-aside is retried, never the handler, and the
+    /// offset is not stored). The row goes first: writing it again is a no-op,
+    /// so a retry after a failed publish adds no second row.
+    async fn set_aside(&self, at: usize) -> bool {
+        let settings = self.shared.runner.settings();
+        let pending = &self.pending[at];
+        let Some(aside) = &pending.aside else {
+            return false;
+        };
+        let message = &pending.message;
+        let ran = aside.attempts > 0;
+        let letter = DeadLetter {
+            group: &settings.group,
+            worker_id: &settings.worker_id,
+            message,
+            message_id: pending.message_id(),
+            reason: &aside.reason,
+            kind: aside.kind,
+            attempts: aside.attempts,
+            plugin_digest: Some(self.plugin.as_str()).filter(|d| ran && !d.is_empty()),
+            timestamp_ms: pending.timestamp_ms,
+        };
+        if let Err(e) = inbox::dead_letter(self.shared.runner.pool(), &letter).await {
+            tracing::error!(reason = %aside.reason, error = %e, "could not record the dead letter; retrying that (the handler does not run again)");
+            return false;
+        }
+        if let Some(topic) = &self.shared.dead_letter_topic {
+            if let Err(e) = topic.publish(&letter).await {
+                tracing::error!(reason = %aside.reason, dead_letter_topic = topic.name(), error = %e,
+                    "could not publish the dead letter; retrying that (the handler does not run again; the offset is not stored)");
+                return false;
+            }
+        }
+        tracing::error!(
+            topic = %message.topic, partition = message.partition, offset = message.offset,
+            reason = %aside.reason,
+            "message set aside in inbox_host.dead_letters (not handled; original key, headers and payload kept)"
+        );
+        if let Some(metrics) = &self.shared.metrics {
+            metrics.dead_letter(aside.kind);
+        }
+        self.report(message, Verdict::SetAside(aside.reason.clone()), true);
+        true
+    }
+}

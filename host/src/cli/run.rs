@@ -1,0 +1,170 @@
+//! The flags of the main job (`inbox-host --plugin … --group …`).
+
+use clap::{Args, ValueEnum};
+
+use std::path::PathBuf;
+
+use super::{CompileCacheArg, DatabaseArgs};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum StrategyArg {
+    AtMostOnce,
+    AtLeastOnce,
+    ExactlyOnceInbox,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum CommitOnArg {
+    OnPersist,
+    OnSuccess,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct RunArgs {
+    /// The handler plugin (a wasm32-wasip2 component). Replacing the file, or
+    /// SIGHUP, hot-swaps it.
+    #[arg(long, env = "INBOX_PLUGIN")]
+    pub plugin: Option<PathBuf>,
+    /// Kafka consumer group; also the inbox's consumer_group key.
+    #[arg(long, env = "INBOX_GROUP")]
+    pub group: Option<String>,
+    /// Topic to consume (repeat, or comma-separate in INBOX_TOPIC).
+    #[arg(long = "topic", env = "INBOX_TOPIC", value_delimiter = ',')]
+    pub topics: Vec<String>,
+    /// Kafka bootstrap servers.
+    #[arg(long, env = "KAFKA_BROKERS", default_value = "localhost:9092")]
+    pub brokers: String,
+    #[command(flatten)]
+    pub database: DatabaseArgs,
+    /// When the offset is committed relative to the transaction.
+    #[arg(
+        long,
+        env = "INBOX_STRATEGY",
+        value_enum,
+        default_value = "exactly-once-inbox"
+    )]
+    pub strategy: StrategyArg,
+    /// For at-least-once: commit after every transaction (on-persist) or only
+    /// successful ones (on-success).
+    #[arg(
+        long,
+        env = "INBOX_COMMIT_ON",
+        value_enum,
+        default_value = "on-success"
+    )]
+    pub commit_on: CommitOnArg,
+    /// Written on every inbox row; default: host name and process id.
+    #[arg(long, env = "INBOX_WORKER_ID")]
+    pub worker_id: Option<String>,
+    /// Extra librdkafka property, key=value (repeatable; in INBOX_KAFKA_OPTS
+    /// separate them with `;`, since values such as `debug=consumer,fetch` hold commas).
+    #[arg(long = "kafka-opt", env = "INBOX_KAFKA_OPTS", value_delimiter = ';')]
+    pub kafka_opts: Vec<String>,
+    /// Where message ids come from, in order: header:NAME, json:FIELD, coordinates.
+    #[arg(
+        long,
+        env = "INBOX_MESSAGE_ID",
+        default_value = "header:message_id,header:event_id,json:event_id,coordinates"
+    )]
+    pub message_id: String,
+    /// Records larger than this are set aside as dead letters instead of handled.
+    #[arg(long, env = "INBOX_MAX_MESSAGE_BYTES", default_value_t = 1 << 20)]
+    pub max_message_bytes: usize,
+    /// Set a record aside as a dead letter after this many failures in a row
+    /// (default: retry a retryable failure forever, holding its partition).
+    #[arg(long, env = "INBOX_MAX_ATTEMPTS")]
+    pub max_attempts: Option<u32>,
+    /// Set a record aside after this many failures that waiting cannot fix (a
+    /// rejected payload, a panic, a refused statement, a memory or stack limit).
+    #[arg(long, env = "INBOX_MAX_FATAL_ATTEMPTS", default_value_t = 3)]
+    pub max_fatal_attempts: u32,
+    /// Most records of a partition handled in one transaction (1: one
+    /// transaction per record).
+    #[arg(long, env = "INBOX_BATCH_MAX", default_value_t = 100)]
+    pub batch_max: usize,
+    /// How long a partition's worker waits for more records to fill a batch, in ms.
+    #[arg(long, env = "INBOX_BATCH_LINGER_MS", default_value_t = 5)]
+    pub batch_linger_ms: u64,
+    /// Most batches in flight at once across partitions (default: the pool size).
+    #[arg(long, env = "INBOX_CONCURRENCY")]
+    pub concurrency: Option<usize>,
+    /// PostgreSQL connections the host keeps.
+    #[arg(long, env = "INBOX_DB_POOL_SIZE", default_value_t = 8)]
+    pub db_pool_size: u32,
+    /// How long one attempt to reach PostgreSQL may take, in seconds. The host
+    /// keeps trying while the database is down.
+    #[arg(
+        long = "connect-timeout",
+        env = "INBOX_CONNECT_TIMEOUT",
+        default_value_t = 10
+    )]
+    pub connect_timeout_secs: u64,
+    /// Apply the host's migrations at start (`INBOX_MIGRATE=false` or
+    /// `--no-migrate` for a login without DDL rights: run `inbox-host migrate`
+    /// as an administrator instead; the host then checks the rights it needs).
+    #[arg(long, env = "INBOX_MIGRATE", default_value_t = true, action = clap::ArgAction::Set)]
+    pub migrate: bool,
+    /// The same as `--migrate false`.
+    #[arg(long)]
+    pub no_migrate: bool,
+    /// First retry delay after a failure, in milliseconds (doubles each time).
+    #[arg(long, env = "INBOX_RETRY_INITIAL_MS", default_value_t = 200)]
+    pub retry_initial_ms: u64,
+    /// Longest retry delay, in milliseconds.
+    #[arg(long, env = "INBOX_RETRY_MAX_MS", default_value_t = 30_000)]
+    pub retry_max_ms: u64,
+    /// How long to wait for another worker holding the same inbox row, in ms.
+    #[arg(long, env = "INBOX_LOCK_TIMEOUT_MS", default_value_t = 2_000)]
+    pub lock_timeout_ms: u64,
+    /// Longest any statement may run, in ms.
+    #[arg(long, env = "INBOX_STATEMENT_TIMEOUT_MS", default_value_t = 10_000)]
+    pub statement_timeout_ms: u64,
+    /// Longest a message's (or batch's) transaction may stay open, claim to
+    /// commit, in ms: past it the handler is cancelled and everything rolls back,
+    /// so no guest holds row locks longer (plus at most one statement timeout).
+    #[arg(long, env = "INBOX_TRANSACTION_TIMEOUT_MS", default_value_t = 30_000)]
+    pub transaction_timeout_ms: u64,
+    /// The PostgreSQL role handler statements run under (SET LOCAL ROLE): grant it
+    /// rights on your plugin's tables only. Created if missing and allowed. An
+    /// empty value runs guests as the host's login: never do that in production.
+    #[arg(long, env = "INBOX_GUEST_ROLE", default_value = "inbox_guest")]
+    pub guest_role: String,
+    /// Serve /metrics (Prometheus text: messages by outcome and failure kind, the
+    /// active plugin digest) and /health on this address, e.g. 127.0.0.1:9464.
+    #[arg(long, env = "INBOX_STATUS_ADDR")]
+    pub status_addr: Option<String>,
+    /// Delete inbox rows older than this many days (checked at start and hourly).
+    /// Must outlive the topics' retention: a pruned row makes a redelivered old
+    /// message new again (the host warns when it does not). Default: keep forever.
+    #[arg(long, env = "INBOX_RETENTION_DAYS")]
+    pub inbox_retention_days: Option<f64>,
+    /// Longest a guest may run per message, in ms.
+    #[arg(long, env = "INBOX_GUEST_DEADLINE_MS", default_value_t = 5_000)]
+    pub guest_deadline_ms: u64,
+    /// Most memory a guest may use for one message, in MiB: all its linear
+    /// memories together.
+    #[arg(long, env = "INBOX_GUEST_MEMORY_MIB", default_value_t = 64)]
+    pub guest_memory_mib: usize,
+    /// Keep a plugin's instance for its next message instead of a fresh one per
+    /// message: much cheaper for Python and JavaScript guests, but the guest's
+    /// globals and heap carry over between messages (docs/plugins.md). Each
+    /// message still has its own transaction, deadline and output; an instance
+    /// whose message failed in any way is discarded.
+    #[arg(long, env = "INBOX_REUSE_INSTANCE")]
+    pub reuse_instance: bool,
+    /// The most bytes of parameters one guest statement may send (a message's
+    /// statements together may send 16 times this).
+    #[arg(long, env = "INBOX_MAX_PARAM_BYTES", default_value_t = 1 << 20)]
+    pub max_param_bytes: usize,
+    /// `/health/ready` says not ready when a partition with records waiting has
+    /// made no progress for this many seconds (a poison record, a stuck handler).
+    #[arg(long, env = "INBOX_STALL_AFTER_SECS", default_value_t = 60)]
+    pub stall_after_secs: u64,
+    /// Also publish every set-aside record to this topic (original key, value
+    /// and headers plus `kafka_dlt-*` headers saying where it came from and
+    /// why), acknowledged by all in-sync replicas before its offset is stored.
+    #[arg(long, env = "INBOX_DEAD_LETTER_TOPIC")]
+    pub dead_letter_topic: Option<String>,
+    #[command(flatten)]
+    pub compile_cache: CompileCacheArg,
+}
