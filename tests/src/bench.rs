@@ -1,9 +1,9 @@
 //! What the benchmarks share: the runner they drive in process, and medians.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use inbox_host::inbox::{self, Handler, Message, Outcome, Runner, RunnerSettings, Strategy};
+use inbox_host::inbox::{Handler, Message, Outcome, Runner, RunnerSettings};
 
 use crate::{order, TestDb};
 
@@ -11,18 +11,7 @@ use crate::{order, TestDb};
 pub const PARTITIONS: i32 = 6;
 
 pub fn runner(db: &TestDb, group: &str) -> Runner {
-    Runner::new(
-        db.pool.clone(),
-        RunnerSettings {
-            group: group.into(),
-            worker_id: "bench".into(),
-            strategy: Strategy::ExactlyOnceInbox,
-            lock_timeout: Duration::from_secs(2),
-            statement_timeout: Duration::from_secs(10),
-            transaction_timeout: Duration::from_secs(30),
-            guest_role: Some(inbox::DEFAULT_GUEST_ROLE.into()),
-        },
-    )
+    Runner::new(db.pool.clone(), RunnerSettings::defaults(group, "bench"))
 }
 
 /// Records per second through the runner, no Kafka: `messages` orders over

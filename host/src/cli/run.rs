@@ -5,6 +5,7 @@ use clap::{Args, ValueEnum};
 use std::path::PathBuf;
 
 use super::{CompileCacheArg, DatabaseArgs};
+use crate::inbox;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum StrategyArg {
@@ -114,15 +115,15 @@ pub struct RunArgs {
     #[arg(long, env = "INBOX_RETRY_MAX_MS", default_value_t = 30_000)]
     pub retry_max_ms: u64,
     /// How long to wait for another worker holding the same inbox row, in ms.
-    #[arg(long, env = "INBOX_LOCK_TIMEOUT_MS", default_value_t = 2_000)]
+    #[arg(long, env = "INBOX_LOCK_TIMEOUT_MS", default_value_t = inbox::DEFAULT_LOCK_TIMEOUT_MS)]
     pub lock_timeout_ms: u64,
     /// Longest any statement may run, in ms.
-    #[arg(long, env = "INBOX_STATEMENT_TIMEOUT_MS", default_value_t = 10_000)]
+    #[arg(long, env = "INBOX_STATEMENT_TIMEOUT_MS", default_value_t = inbox::DEFAULT_STATEMENT_TIMEOUT_MS)]
     pub statement_timeout_ms: u64,
     /// Longest a message's (or batch's) transaction may stay open, claim to
     /// commit, in ms: past it the handler is cancelled and everything rolls back,
     /// so no guest holds row locks longer (plus at most one statement timeout).
-    #[arg(long, env = "INBOX_TRANSACTION_TIMEOUT_MS", default_value_t = 30_000)]
+    #[arg(long, env = "INBOX_TRANSACTION_TIMEOUT_MS", default_value_t = inbox::DEFAULT_TRANSACTION_TIMEOUT_MS)]
     pub transaction_timeout_ms: u64,
     /// The PostgreSQL role handler statements run under (SET LOCAL ROLE): grant it
     /// rights on your plugin's tables only. Created if missing and allowed. An

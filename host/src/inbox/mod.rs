@@ -28,7 +28,10 @@ pub use message::{Header, Message};
 pub use outcome::{FailureKind, Outcome};
 pub use retention::prune;
 pub use rights::{check_rights, RUNTIME_RIGHTS};
-pub use runner::{Runner, RunnerSettings};
+pub use runner::{
+    Runner, RunnerSettings, DEFAULT_LOCK_TIMEOUT_MS, DEFAULT_STATEMENT_TIMEOUT_MS,
+    DEFAULT_TRANSACTION_TIMEOUT_MS,
+};
 pub use schema::{apply_example_tables, migrate};
 pub use session::{ensure_guest_role, pool_options, DEFAULT_GUEST_ROLE};
 pub use store::{forget_attempts, record_failure};

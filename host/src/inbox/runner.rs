@@ -29,6 +29,28 @@ pub struct RunnerSettings {
 
 /// Runs messages through begin → inbox rows → handler per message → commit,
 /// one at a time or a batch per transaction.
+/// The CLI's defaults for the runner's timeouts (`--lock-timeout-ms`,
+/// `--statement-timeout-ms`, `--transaction-timeout-ms`), in ms.
+pub const DEFAULT_LOCK_TIMEOUT_MS: u64 = 2_000;
+pub const DEFAULT_STATEMENT_TIMEOUT_MS: u64 = 10_000;
+pub const DEFAULT_TRANSACTION_TIMEOUT_MS: u64 = 30_000;
+
+impl RunnerSettings {
+    /// `exactly-once-inbox` with the CLI's default timeouts and guest role:
+    /// what the lab, the shadow run and the benchmarks start from.
+    pub fn defaults(group: &str, worker_id: &str) -> Self {
+        Self {
+            group: group.to_string(),
+            worker_id: worker_id.to_string(),
+            strategy: Strategy::ExactlyOnceInbox,
+            lock_timeout: Duration::from_millis(DEFAULT_LOCK_TIMEOUT_MS),
+            statement_timeout: Duration::from_millis(DEFAULT_STATEMENT_TIMEOUT_MS),
+            transaction_timeout: Duration::from_millis(DEFAULT_TRANSACTION_TIMEOUT_MS),
+            guest_role: Some(super::DEFAULT_GUEST_ROLE.to_string()),
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct Runner {
     pool: PgPool,

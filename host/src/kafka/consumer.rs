@@ -170,7 +170,6 @@ impl Consumer {
         })
     }
 
-    /// Whether the brokers are answering, as seen by this member.
     /// A handle on whether this member has joined its group and reaches the brokers.
     pub fn group_health(&self) -> GroupHealth {
         let context = self.inner.context();

@@ -231,13 +231,8 @@ impl Stage {
         let runner = Runner::new(
             self.pool.clone(),
             RunnerSettings {
-                group: group.to_string(),
-                worker_id: "lab".into(),
                 strategy,
-                lock_timeout: std::time::Duration::from_secs(2),
-                statement_timeout: std::time::Duration::from_secs(10),
-                transaction_timeout: std::time::Duration::from_secs(30),
-                guest_role: Some(inbox::DEFAULT_GUEST_ROLE.into()),
+                ..RunnerSettings::defaults(group, "lab")
             },
         );
         let (mut pipeline, mut seen) = Pipeline::observed(consumer, runner, handler);

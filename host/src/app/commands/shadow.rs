@@ -9,7 +9,7 @@ use anyhow::{bail, Context};
 use serde_json::json;
 
 use crate::cli::ShadowArgs;
-use crate::inbox::{self, LiveFate, Message, Outcome, Runner, RunnerSettings, Strategy};
+use crate::inbox::{self, LiveFate, Message, Outcome, Runner, RunnerSettings};
 use crate::kafka::{self, IdSources, Start};
 use crate::plugin::{Runtime, SandboxLimits};
 
@@ -59,13 +59,8 @@ pub async fn shadow(args: ShadowArgs) -> anyhow::Result<()> {
     let runner = Runner::new(
         pool.clone(),
         RunnerSettings {
-            group: args.group.clone(),
-            worker_id: "shadow".into(),
-            strategy: Strategy::ExactlyOnceInbox,
-            lock_timeout: Duration::from_secs(2),
-            statement_timeout: Duration::from_secs(10),
-            transaction_timeout: Duration::from_secs(30),
             guest_role: Some(args.guest_role.clone()).filter(|r| !r.trim().is_empty()),
+            ..RunnerSettings::defaults(&args.group, "shadow")
         },
     );
     let mut tried = Vec::with_capacity(records.len());
