@@ -22,6 +22,14 @@ async fn effects_table(stage: &Stage) {
         .await;
 }
 
+/// Effect rows written with `n` (1: a good record's, 0: the odd one's).
+async fn effects(stage: &Stage, n: i64) -> i64 {
+    stage
+        .db
+        .count(&format!("SELECT count(*) FROM effects WHERE n = {n}"))
+        .await
+}
+
 async fn wait_ready(host: &Host) {
     host.status_addr().await;
     wait_until("the host ready", LONG, || async { host.is_ready() }).await;
@@ -55,18 +63,9 @@ async fn a_record_with_a_header_key_that_is_not_utf8_is_set_aside_and_the_record
     .await;
 
     assert_eq!(
-        stage
-            .db
-            .count("SELECT count(*) FROM effects WHERE n = 1")
-            .await,
-        50
-    );
-    assert_eq!(
-        stage
-            .db
-            .count("SELECT count(*) FROM effects WHERE n = 0")
-            .await,
-        0
+        (effects(&stage, 1).await, effects(&stage, 0).await),
+        (50, 0),
+        "every good record's effect once, none of the odd one's"
     );
     let reason: String = sqlx::query_scalar(
         "SELECT reason FROM inbox_host.dead_letters WHERE consumer_group = $1 AND kafka_offset = 0",
@@ -108,18 +107,9 @@ async fn a_panic_in_a_partition_worker_sets_its_record_aside_and_the_partition_g
     .await;
 
     assert_eq!(
-        stage
-            .db
-            .count("SELECT count(*) FROM effects WHERE n = 1")
-            .await,
-        10
-    );
-    assert_eq!(
-        stage
-            .db
-            .count("SELECT count(*) FROM effects WHERE n = 0")
-            .await,
-        0
+        (effects(&stage, 1).await, effects(&stage, 0).await),
+        (10, 0),
+        "every good record's effect once, none of the odd one's"
     );
     let (kind, reason): (String, String) = sqlx::query_as(
         "SELECT failure_kind, reason FROM inbox_host.dead_letters WHERE consumer_group = $1",
