@@ -62,8 +62,9 @@ pub(super) struct Worker<S> {
     /// in flight stays here (the first `in_flight`), so a panic loses none.
     pending: VecDeque<Pending>,
     in_flight: usize,
-    /// After a panic in a batch: take the next record alone, to find the one it concerned.
-    alone: bool,
+    /// After a panic in a batch: how many more turns take one record alone, to
+    /// find the one it concerned (the batch's size).
+    alone_for: usize,
     /// Failed attempts of the record at the head, this run (the attempts table
     /// holds the count across restarts).
     attempts: u32,
@@ -85,7 +86,7 @@ impl<S: HandlerSource> Worker<S> {
             shared,
             pending: VecDeque::new(),
             in_flight: 0,
-            alone: false,
+            alone_for: 0,
             attempts: 0,
             started: SystemTime::UNIX_EPOCH,
             plugin: String::new(),
@@ -120,7 +121,7 @@ impl<S: HandlerSource> Worker<S> {
                 self.push(record);
             }
             // After a failure (or a panic) the head goes alone (the single-record path).
-            let want = if self.attempts > 0 || self.alone {
+            let want = if self.attempts > 0 || self.alone_for > 0 {
                 1
             } else {
                 self.shared.limits.batch_max
@@ -157,7 +158,7 @@ impl<S: HandlerSource> Worker<S> {
             "the host panicked in a partition worker; the worker goes on"
         );
         if in_flight > 1 {
-            self.alone = true;
+            self.alone_for = in_flight;
             return None;
         }
         let attempts = self.attempts + 1;
@@ -202,6 +203,7 @@ impl<S: HandlerSource> Worker<S> {
     /// Handles the records at the head (a batch of up to `want`, or one record
     /// to set aside); returns the delay before the head is tried again.
     async fn handle_head(&mut self, want: usize) -> Option<Duration> {
+        self.alone_for = self.alone_for.saturating_sub(1);
         if self.pending.front()?.aside.is_some() {
             return self.set_aside_head().await;
         }
@@ -214,7 +216,6 @@ impl<S: HandlerSource> Worker<S> {
         self.in_flight = usable;
         let (done, retry) = self.run_batch(usable).await;
         self.in_flight = 0;
-        self.alone = false;
         if let Some(metrics) = &self.shared.metrics {
             for pending in self.pending.range(..done) {
                 metrics.committed_record(pending.timestamp_ms);
