@@ -37,10 +37,9 @@ impl Record {
     /// Never panics on what a producer wrote: a header that cannot be read, or
     /// anything else that goes wrong, makes the record unusable with the reason.
     pub(super) fn from_message(m: &BorrowedMessage<'_>, ids: &IdSources) -> Self {
-        let topic = m.topic().to_string();
-        let read = catch_unwind(AssertUnwindSafe(|| Self::read(m, ids, topic.clone())));
+        let read = catch_unwind(AssertUnwindSafe(|| Self::read(m, ids)));
         read.unwrap_or_else(|panic| Record {
-            topic,
+            topic: m.topic().to_string(),
             partition: m.partition(),
             offset: m.offset(),
             key: m.key().map(<[u8]>::to_vec),
@@ -55,7 +54,8 @@ impl Record {
         })
     }
 
-    fn read(m: &BorrowedMessage<'_>, ids: &IdSources, topic: String) -> Self {
+    fn read(m: &BorrowedMessage<'_>, ids: &IdSources) -> Self {
+        let topic = m.topic().to_string();
         let (headers, unreadable) = headers_of(m);
         let payload = m.payload().unwrap_or_default().to_vec();
         let coordinates = || format!("{}:{}:{}", topic, m.partition(), m.offset());
