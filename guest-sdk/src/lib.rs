@@ -27,6 +27,10 @@
 //! }
 //! ```
 //!
+//! A handler that is a step in a pipeline also publishes messages with
+//! [`publish`]: they are stored in the same transaction and sent to Kafka after it
+//! commits (docs/outbox.md).
+//!
 //! Returning `Ok(())` asks the host to commit the transaction; returning an error
 //! or panicking rolls it back. [`HandlerError::is_retryable`] tells the host
 //! whether delivering the message again can help.
@@ -35,10 +39,12 @@
 mod db;
 mod error;
 mod event;
+mod outbox;
 
 pub use db::{Db, DbError, FromValue, Row, RowIndex, Rows, RowsIter, Value};
 pub use error::HandlerError;
 pub use event::{Event, Header};
+pub use outbox::{publish, Outgoing, PublishError};
 
 #[doc(hidden)]
 // Generated code: the flattened `handle` export takes one argument per field.

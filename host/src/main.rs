@@ -56,6 +56,7 @@ async fn main() -> ExitCode {
         Command::Dev(args) => app::dev(args, shutdown_or_hangup()).await,
         Command::DeadLetters(args) => app::dead_letters(args).await,
         Command::Shadow(args) => app::shadow(args).await,
+        Command::Relay(args) => app::relay(args, shutdown_signal()).await,
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

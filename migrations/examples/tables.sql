@@ -40,6 +40,13 @@ CREATE TABLE IF NOT EXISTS hostile_target (
     touched integer NOT NULL DEFAULT 0
 );
 INSERT INTO hostile_target (id) VALUES (1) ON CONFLICT DO NOTHING;
+-- The second step of the outbox pipeline (plugins/ledger): no unique key, so a
+-- message handled twice shows as two rows.
+CREATE TABLE IF NOT EXISTS ledger (
+    order_id   text    NOT NULL,
+    amount     numeric NOT NULL,
+    message_id text
+);
 GRANT SELECT, INSERT, UPDATE, DELETE
-    ON invoices, handler_calls, sandbox_probe, typed_probe, hostile_seen, hostile_target
+    ON invoices, handler_calls, sandbox_probe, typed_probe, hostile_seen, hostile_target, ledger
     TO inbox_guest;

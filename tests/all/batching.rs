@@ -170,3 +170,34 @@ async fn a_handler_that_fails_after_a_refused_statement_is_a_fatal_db_rule_failu
     );
     assert!(error.message.contains("IH001"), "{error}");
 }
+
+/// A plugin built with the SDK of inbox-host 0.3 (WIT `inbox:host@0.2.0`, kept as
+/// a fixture) runs unchanged on this host: its `db` calls reach the transaction
+/// and a failed statement still comes back as a `db-error` it can report.
+#[tokio::test]
+async fn a_plugin_built_against_the_previous_contract_runs_unchanged() {
+    use inbox_host::plugin::{Plugin, Runtime, SandboxLimits};
+    let db = TestDb::start().await;
+    db.execute("CREATE TABLE seen (n int); GRANT INSERT ON seen TO inbox_guest")
+        .await;
+    let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fixtures/sql-runner-built-for-inbox-host-0.3.0.wasm");
+    let runtime = Runtime::new(SandboxLimits::default()).expect("runtime");
+    let old = Plugin::load(&runtime, &fixture).expect("a 0.2.0 plugin loads");
+    let runner = runner(&db);
+    let done = runner
+        .process(&statement("old-1", 0, "INSERT INTO seen VALUES (7)"), &old)
+        .await;
+    assert_eq!(done, Outcome::Processed);
+    let failed = runner
+        .process(
+            &statement("old-2", 1, "INSERT INTO missing VALUES (1)"),
+            &old,
+        )
+        .await;
+    let Outcome::Failed(error) = failed else {
+        panic!("expected a failure, got {failed:?}")
+    };
+    assert!(error.message.contains("42P01"), "{}", error.message);
+    assert_eq!(db.count("SELECT count(*)::bigint FROM seen").await, 1);
+}

@@ -432,3 +432,61 @@ async fn a_reused_instance_keeps_its_globals_until_a_message_fails() {
     }
     assert_eq!(remembered(&db, &["f-1", "f-2"]).await, ["seen-1", "seen-1"]);
 }
+
+/// A Python or JavaScript handler publishes like a Rust one: the message is a
+/// row of its transaction, with the derived id; a topic the host does not allow
+/// fails the record for good, naming the flag, and leaves nothing behind.
+async fn publishes_in_its_transaction(folder: &'static str) {
+    use inbox_host::inbox::outgoing_message_id;
+    use inbox_host::plugin::PublishLimits;
+    let db = TestDb::start().await;
+    let plugin = twin(
+        folder,
+        SandboxLimits {
+            publish: PublishLimits {
+                topics: vec!["invoices-created".into()],
+                ..PublishLimits::default()
+            },
+            ..limits()
+        },
+    )
+    .await;
+    let runner = runner(&db);
+    let order = inbox_host_tests::order("o-1", 7);
+    assert_eq!(runner.process(&order, &plugin).await, Outcome::Processed);
+    let (topic, key, message_id, payload): (String, Vec<u8>, String, Vec<u8>) =
+        sqlx::query_as("SELECT topic, message_key, message_id, payload FROM inbox_host.outbox")
+            .fetch_one(&db.pool)
+            .await
+            .expect("one outbox row");
+    assert_eq!(topic, "invoices-created");
+    assert_eq!(key, b"o-1");
+    assert_eq!(message_id, outgoing_message_id("billing", "o-1", 0));
+    let body: serde_json::Value = serde_json::from_slice(&payload).expect("json");
+    assert_eq!(body["invoice_of"], "o-1");
+
+    let mut elsewhere = inbox_host_tests::order("o-2", 1);
+    elsewhere.payload = br#"{"order_id": "o-2", "amount": 1, "publish_to": "payments"}"#.to_vec();
+    let Outcome::Failed(error) = runner.process(&elsewhere, &plugin).await else {
+        panic!("a refused publication fails the record");
+    };
+    assert_eq!(error.kind, FailureKind::PublishRule, "{error:?}");
+    assert!(!error.retryable);
+    assert!(
+        error.message.contains("--publish-topic payments"),
+        "{}",
+        error.message
+    );
+    assert_eq!(db.count("SELECT count(*) FROM inbox_host.outbox").await, 1);
+    assert_eq!(db.count("SELECT count(*) FROM invoices").await, 1);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_python_handler_publishes_in_its_transaction() {
+    publishes_in_its_transaction("publish-py").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_javascript_handler_publishes_in_its_transaction() {
+    publishes_in_its_transaction("publish-js").await;
+}

@@ -12,6 +12,8 @@ mod languages;
 mod liveness;
 mod migrations;
 mod outages;
+mod outbox;
+mod outbox_pipeline;
 mod plugin_loading;
 mod sandbox;
 mod security;

@@ -15,7 +15,7 @@ use std::time::Instant;
 
 use inbox_host::embedded::Durability;
 use inbox_host::plugin::{Plugin, Runtime, SandboxLimits};
-use inbox_host_tests::bench::{in_process, median};
+use inbox_host_tests::bench::{self, in_process, median};
 use inbox_host_tests::{guest_plugin, plugin, TestDb};
 
 const ROUNDS: usize = 3;
@@ -46,11 +46,7 @@ fn main() {
             path: guest_plugin("billing-js"),
         },
     ];
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
-    rt.block_on(async move {
+    bench::runtime().block_on(async move {
         println!("billing per language: batch mode in process (batches of {BATCH_MAX}, {CONCURRENCY} at once, 6 partitions), {messages} records x {ROUNDS} rounds, medians\n");
         let db = TestDb::start_with(Durability::Production).await;
         let mut loads = Vec::new();

@@ -14,16 +14,15 @@
 //! the binary in batch mode (profile it with `perf record -p $(pgrep -n inbox-host)`).
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
+use inbox_host::embedded::LocalBroker;
 use inbox_host::embedded::NativeBilling;
-use inbox_host::embedded::{Durability, LocalBroker};
 use inbox_host::inbox::Handler;
-use inbox_host::kafka::{self, OutgoingRecord};
 use inbox_host::plugin::{Plugin, Runtime, SandboxLimits};
-use inbox_host_tests::bench::{in_process, median, settle, PARTITIONS};
-use inbox_host_tests::host::Host;
-use inbox_host_tests::{order, plugin, unique, TestDb};
+use inbox_host_tests::bench::e2e::{end_to_end, own_cpu_seconds, Round, Run};
+use inbox_host_tests::bench::{self, in_process, median, settle, PARTITIONS};
+use inbox_host_tests::{order, plugin, TestDb};
 
 const ROUNDS: usize = 3;
 
@@ -63,25 +62,10 @@ const MODES: [Mode; 4] = [
     },
 ];
 
-/// What one end-to-end round measured.
-struct Round {
-    per_second: f64,
-    cpu_us_per_message: f64,
-    peak_rss_mb: f64,
-}
-
 fn main() {
-    let messages: usize = std::env::var("BENCH_MESSAGES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(10_000);
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
-    rt.block_on(async move {
-        let db = TestDb::start_with(Durability::Production).await;
-        let broker = LocalBroker::start().expect("broker");
+    let messages = bench::messages_per_round();
+    bench::runtime().block_on(async move {
+        let (db, broker) = bench::production_stage().await;
         let runtime = Runtime::new(SandboxLimits::default()).expect("wasm runtime");
         let wasm = Arc::new(Plugin::load(&runtime, &plugin("billing")).expect("billing.wasm"));
         let native = Arc::new(NativeBilling::default());
@@ -92,7 +76,7 @@ fn main() {
                 let tag = format!("p{round}");
                 let cpu = own_cpu_seconds();
                 let rate = match which.as_str() {
-                    "e2e" => end_to_end(&db, &broker, &MODES[2], messages).await.per_second,
+                    "e2e" => in_mode(&db, &broker, &MODES[2], messages).await.per_second,
                     "native" => in_process(&db, &native, MODES[2].batch_max, MODES[2].concurrency, messages, &tag).await,
                     "native-call" => handler_call_cost(&db, &*native, messages, &tag).await.0,
                     "wasm-call" => handler_call_cost(&db, &*wasm, messages, &tag).await.0,
@@ -120,7 +104,7 @@ fn main() {
                 for first in [!flip, flip] {
                     settle(&db).await;
                     if first {
-                        e2e[m].push(end_to_end(&db, &broker, mode, messages).await);
+                        e2e[m].push(in_mode(&db, &broker, mode, messages).await);
                     } else {
                         ceiling[m].push(in_process(&db, &native, mode.batch_max, mode.concurrency, messages, &ceiling_tag).await);
                     }
@@ -187,108 +171,21 @@ fn main() {
     });
 }
 
-/// The release binary against a fresh topic holding `messages` orders, timed
-/// from the first invoice to the last (the group join is left out).
-async fn end_to_end(db: &TestDb, broker: &LocalBroker, mode: &Mode, messages: usize) -> Round {
-    let topic = unique("bench");
-    broker.create_topic(&topic, PARTITIONS).expect("topic");
-    let records: Vec<OutgoingRecord> = (0..messages)
-        .map(|i| {
-            let id = format!("{topic}-{i}");
-            OutgoingRecord {
-                topic: topic.clone(),
-                partition: None,
-                key: Some(id.clone().into_bytes()),
-                headers: vec![("message_id".into(), id.clone().into_bytes())],
-                payload: serde_json::json!({ "order_id": id, "amount": 1 })
-                    .to_string()
-                    .into_bytes(),
-            }
-        })
-        .collect();
-    kafka::produce(broker.bootstrap(), &records)
-        .await
-        .expect("produce");
-    let plugin = plugin("billing");
+/// The release binary with billing.wasm in `mode` ([`end_to_end`]).
+async fn in_mode(db: &TestDb, broker: &LocalBroker, mode: &Mode, messages: usize) -> Round {
     let (batch_max, concurrency) = (mode.batch_max.to_string(), mode.concurrency.to_string());
-    let mut args = vec![
-        "--plugin",
-        plugin.to_str().expect("utf-8"),
-        "--group",
-        &topic,
-        "--topic",
-        &topic,
-        "--batch-max",
-        &batch_max,
-        "--concurrency",
-        &concurrency,
-        "--status-addr",
-        "127.0.0.1:0",
-    ];
+    let mut flags = vec!["--batch-max", &batch_max, "--concurrency", &concurrency];
     if mode.reuse_instance {
-        args.push("--reuse-instance");
+        flags.push("--reuse-instance");
     }
-    let mut host = Host::spawn(
-        &args,
-        &[
-            ("KAFKA_BROKERS", broker.bootstrap()),
-            ("DATABASE_URL", &db.url),
-            // The bound /metrics address is only in the app's start-up info line.
-            ("RUST_LOG", "warn,inbox_host::app=info"),
-        ],
-    );
-    // Progress from the host's own counter: a count(*) over the inbox (no
-    // index on the group) every few milliseconds would cost PostgreSQL more
-    // CPU than the host it measures.
-    let handled = |host: &Host| {
-        host.metric_sum("inbox_host_messages_total", "outcome=\"processed\"")
-            .unwrap_or(0.0) as usize
+    let run = Run {
+        plugin: "billing",
+        flags: &flags,
+        relayed: false,
     };
-    let deadline = Instant::now() + Duration::from_secs(600);
-    let (first_count, first, cpu_first) = loop {
-        let n = handled(&host);
-        if n > 0 {
-            break (n, Instant::now(), cpu_seconds(host.pid()));
-        }
-        assert!(
-            Instant::now() < deadline && host.is_running(),
-            "no record handled:\n{}",
-            host.log()
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    };
-    while handled(&host) < messages {
-        assert!(
-            Instant::now() < deadline && host.is_running(),
-            "stalled:\n{}",
-            host.log()
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    let (last, cpu_last) = (Instant::now(), cpu_seconds(host.pid()));
-    let peak_rss_mb = peak_rss_mb(host.pid());
-    let stored: i64 =
-        sqlx::query_scalar("SELECT count(*) FROM inbox_host.inbox WHERE consumer_group = $1")
-            .bind(&topic)
-            .fetch_one(&db.pool)
-            .await
-            .expect("count");
-    assert_eq!(
-        stored as usize, messages,
-        "the host counted every record processed; the inbox must hold them all"
-    );
-    assert!(host.stop(), "{}", host.log());
-    let counted = (messages - first_count) as f64;
-    Round {
-        per_second: counted / (last - first).as_secs_f64(),
-        cpu_us_per_message: (cpu_last - cpu_first) * 1e6 / counted,
-        peak_rss_mb,
-    }
+    end_to_end(db, broker, &run, messages).await
 }
 
-/// The runner alone, no Kafka: `PARTITIONS` tasks side by side on the runtime's
-/// worker threads (at most `concurrency` transactions at once), each taking its
-/// share of the records in batches of `batch_max`, as the partition workers do.
 /// Records per second of billing's INSERT in batches of 100 on 6 connections,
 /// without and with a savepoint around each record: what a batch would pay on
 /// every record to survive a failure without replaying the records before it.
@@ -356,42 +253,6 @@ async fn handler_call_cost<H: Handler>(
     let rate = messages as f64 / started.elapsed().as_secs_f64();
     tx.rollback().await.expect("rollback");
     (rate, cpu)
-}
-
-/// CPU seconds this benchmark process has used so far.
-fn own_cpu_seconds() -> f64 {
-    cpu_seconds(std::process::id() as i32)
-}
-
-/// CPU seconds (user + system) the process has used so far.
-fn cpu_seconds(pid: i32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    // Fields after the command name, which is in parentheses and may hold spaces.
-    let fields: Vec<&str> = stat
-        .rsplit_once(')')
-        .map(|(_, rest)| rest)
-        .unwrap_or("")
-        .split_whitespace()
-        .collect();
-    let ticks: f64 = fields
-        .get(11)
-        .and_then(|u| u.parse::<f64>().ok())
-        .unwrap_or(0.0)
-        + fields
-            .get(12)
-            .and_then(|s| s.parse::<f64>().ok())
-            .unwrap_or(0.0);
-    ticks / 100.0
-}
-
-/// The process's peak resident memory, in MB.
-fn peak_rss_mb(pid: i32) -> f64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
-        .map_or(0.0, |kb| kb / 1024.0)
 }
 
 /// Median µs of one uncached statement check of billing's INSERT.

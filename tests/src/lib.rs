@@ -259,7 +259,11 @@ impl<H: Handler> Handler for Counting<H> {
         self.inner.version()
     }
 
-    async fn handle(&self, message: &Message, tx: Tx) -> (Tx, Result<(), HandlerError>) {
+    async fn handle(
+        &self,
+        message: &Message,
+        tx: Tx,
+    ) -> (Tx, Result<Vec<inbox_host::inbox::Outgoing>, HandlerError>) {
         self.calls.fetch_add(1, Ordering::SeqCst);
         self.inner.handle(message, tx).await
     }

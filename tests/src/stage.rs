@@ -44,15 +44,28 @@ impl Stage {
         extra: &[&str],
         env: &[(&str, &str)],
     ) -> Host {
+        self.spawn_member(&self.group, &self.topic, plugin, extra, env)
+    }
+
+    /// A host of another group, consuming another topic of this stage's broker
+    /// and database (the next step of a pipeline).
+    pub fn spawn_member(
+        &self,
+        group: &str,
+        topic: &str,
+        plugin: &std::path::Path,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Host {
         let plugin = plugin.to_str().expect("utf-8 path");
-        let mut args = vec!["--plugin", plugin, "--group", &self.group];
+        let mut args = vec!["--plugin", plugin, "--group", group];
         if !extra.contains(&"--status-addr") {
             args.extend(["--status-addr", "127.0.0.1:0"]);
         }
         args.extend_from_slice(extra);
         let mut vars = vec![
             ("KAFKA_BROKERS", self.broker.bootstrap()),
-            ("INBOX_TOPIC", &self.topic),
+            ("INBOX_TOPIC", topic),
             ("DATABASE_URL", &self.db.url),
             ("INBOX_RETRY_INITIAL_MS", "50"),
             ("INBOX_RETRY_MAX_MS", "500"),
@@ -137,10 +150,20 @@ impl Stage {
 
     /// Every record now in partition 0 of `topic`, read without a group.
     pub async fn read_partition(&self, topic: &str) -> Vec<ReadRecord> {
+        self.read_topic(topic, 1).await.remove(0)
+    }
+
+    /// Every record now in each of the first `partitions` partitions of
+    /// `topic`, read without a group.
+    pub async fn read_topic(&self, topic: &str, partitions: i32) -> Vec<Vec<ReadRecord>> {
         let (brokers, topic) = (self.broker.bootstrap().to_string(), topic.to_string());
-        tokio::task::spawn_blocking(move || read_partition(&brokers, &topic))
-            .await
-            .expect("task")
+        tokio::task::spawn_blocking(move || {
+            (0..partitions)
+                .map(|p| read_partition(&brokers, &topic, p))
+                .collect()
+        })
+        .await
+        .expect("task")
     }
 }
 
@@ -164,10 +187,11 @@ impl ReadRecord {
     }
 }
 
-fn read_partition(brokers: &str, topic: &str) -> Vec<ReadRecord> {
+fn read_partition(brokers: &str, topic: &str, partition: i32) -> Vec<ReadRecord> {
     use rdkafka::consumer::{BaseConsumer, Consumer};
     use rdkafka::message::{Headers, Message};
-    let end = kafka::high_watermarks(brokers, topic, 1).expect("watermarks")[0];
+    let end = kafka::high_watermarks(brokers, topic, partition + 1).expect("watermarks")
+        [partition as usize];
     let consumer: BaseConsumer = rdkafka::ClientConfig::new()
         .set("bootstrap.servers", brokers)
         .set("group.id", "test-reader")
@@ -176,7 +200,7 @@ fn read_partition(brokers: &str, topic: &str) -> Vec<ReadRecord> {
         .expect("reader");
     let mut assignment = rdkafka::TopicPartitionList::new();
     assignment
-        .add_partition_offset(topic, 0, rdkafka::Offset::Beginning)
+        .add_partition_offset(topic, partition, rdkafka::Offset::Beginning)
         .expect("partition");
     consumer.assign(&assignment).expect("assign");
     let mut records = Vec::new();

@@ -71,5 +71,22 @@ export declare class Timestamp {
   constructor(micros: bigint | number);
 }
 
+/** A message the host refused to publish; the run fails for good. */
+export declare class PublishError extends Error {
+  /** IH010 (topic not allowed), IH011 (too many), IH012 (too large) or IH013 (a reserved or non-text header). */
+  readonly code: string;
+}
+
+/**
+ * Publishes a message to `topic` once the transaction commits (never if it rolls
+ * back): a Uint8Array, a string, or anything else as JSON. Messages with the
+ * same topic and key arrive in the order published.
+ */
+export declare function publish(
+  topic: string,
+  value: Uint8Array | string | unknown,
+  options?: { key?: Uint8Array | string | null; headers?: Record<string, string> },
+): void;
+
 /** What a handler module exports. */
 export type Handler = (event: Event, db: Db) => void;

@@ -13,7 +13,12 @@
 // delivering the message again can help; a DbError that escapes keeps the
 // host's judgement of its statement; anything else thrown is a crash (like a
 // Rust panic): fatal, recorded with its message.
-import * as wit from "inbox:host/db@0.2.0";
+//
+// A handler that is a step in a pipeline also publishes with
+// `publish(topic, value, { key, headers })`: stored in the same transaction and
+// sent to Kafka after it commits (docs/outbox.md).
+import * as wit from "inbox:host/db@0.3.0";
+import * as outbox from "inbox:host/outbox@0.3.0";
 
 /** Fails the message on purpose; `retryable` (default false) says whether delivering it again can help. */
 export class HandlerError extends Error {
@@ -108,6 +113,50 @@ export class Db {
   }
 }
 
+/** A message the host refused to publish (IH010 topic not allowed, IH011 too many, IH012 too large, IH013 a reserved or non-text header); the run fails for good. */
+export class PublishError extends Error {
+  constructor(code, message) {
+    super(`${code} ${message}`);
+    this.name = "PublishError";
+    this.code = code;
+  }
+}
+
+const utf8Encoder = new TextEncoder();
+
+function bytesOf(value) {
+  if (value instanceof Uint8Array) return value;
+  if (typeof value === "string") return utf8Encoder.encode(value);
+  return utf8Encoder.encode(JSON.stringify(value));
+}
+
+/**
+ * Publishes a message to `topic` once the transaction commits (never if it
+ * rolls back). `value` is a Uint8Array, a string, or anything else as JSON.
+ * The host derives its message_id from the group, the incoming message and the
+ * position of this call, so a run repeated after a rollback publishes the same ids.
+ */
+export function publish(topic, value, { key = null, headers = {} } = {}) {
+  const message = {
+    topic,
+    key: key === null || key === undefined ? undefined : bytesOf(key),
+    value: bytesOf(value),
+    headers: Object.entries(headers).map(([name, text]) => ({
+      key: name,
+      value: utf8Encoder.encode(String(text)),
+    })),
+  };
+  try {
+    outbox.publish(message);
+  } catch (e) {
+    const error = e && e.payload;
+    if (error && typeof error.code === "string") {
+      throw new PublishError(error.code, error.message);
+    }
+    throw e;
+  }
+}
+
 function call(statement) {
   try {
     return statement();
@@ -180,6 +229,9 @@ export function run(event, handle) {
     }
     if (e instanceof DbError) {
       throw { payload: { message: e.message, retryable: e.retryable } };
+    }
+    if (e instanceof PublishError) {
+      throw { payload: { message: e.message, retryable: false } };
     }
     crash(e);
   }

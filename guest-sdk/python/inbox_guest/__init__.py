@@ -11,6 +11,10 @@ A plugin is a folder with a ``handler.py`` that defines one function::
             [order["order_id"], order["amount"], event.message_id],
         )
 
+A handler that is a step in a pipeline also publishes with
+``publish(topic, value, key=..., headers=...)``: the message is stored in the same
+transaction and sent to Kafka after it commits (docs/outbox.md).
+
 ``inbox-host build <folder>`` turns it into a component. Returning asks the host
 to commit the message's transaction; raising rolls it back. Raise
 ``HandlerError(message, retryable=...)`` to say whether delivering the message
@@ -22,6 +26,7 @@ recorded with its last traceback line.
 from ._db import Db, DbError, Json, Row, Rows, Timestamp
 from ._errors import HandlerError
 from ._event import Event, Header
+from ._outbox import PublishError, publish
 
 __all__ = [
     "Db",
@@ -30,7 +35,9 @@ __all__ = [
     "HandlerError",
     "Header",
     "Json",
+    "PublishError",
     "Row",
     "Rows",
     "Timestamp",
+    "publish",
 ]

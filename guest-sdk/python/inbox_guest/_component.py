@@ -10,6 +10,7 @@ from wit_world.imports import types
 from ._db import Db, DbError
 from ._errors import HandlerError
 from ._event import from_wit
+from ._outbox import PublishError
 
 _handle = getattr(_plugin, "handle", None)
 if not callable(_handle):
@@ -24,3 +25,5 @@ class WitWorld(wit_world.WitWorld):
             raise Err(types.HandlerError(message=e.message, retryable=e.retryable))
         except DbError as e:
             raise Err(types.HandlerError(message=str(e), retryable=e.retryable))
+        except PublishError as e:
+            raise Err(types.HandlerError(message=str(e), retryable=False))

@@ -9,6 +9,7 @@ pub mod consume;
 mod database;
 pub mod delivery;
 pub mod observe;
+pub mod relay;
 mod retention;
 mod settings;
 
@@ -16,7 +17,7 @@ use std::future::Future;
 
 use anyhow::Context;
 
-pub use commands::{build, check, dead_letters, dev, lab, migrate, shadow, LabRow};
+pub use commands::{build, check, dead_letters, dev, lab, migrate, relay, shadow, LabRow};
 pub use consume::{
     decide, Backoff, HandlerSource, Pipeline, PipelineLimits, RetryPolicy, Step, StopWhen,
 };
@@ -46,6 +47,7 @@ pub async fn run(settings: RunSettings, shutdown: impl Future<Output = ()>) -> a
         status,
         traces,
         dead_letter_topic,
+        relay_publisher,
     } = preflight(&settings).await?;
     let cell = PluginCell::new(plugin);
     let metrics = std::sync::Arc::new(Metrics::default());
@@ -94,6 +96,20 @@ pub async fn run(settings: RunSettings, shutdown: impl Future<Output = ()>) -> a
         }
         None => None,
     };
+    let outbox = std::sync::Arc::new(relay::RelayStatus::default());
+    metrics.watch_relay(outbox.clone());
+    let _backlog = tokio::spawn(relay::measure_backlog_forever(
+        pool.clone(),
+        outbox.clone(),
+        settings.limits.max_outbox_backlog,
+    ));
+    let _relay = relay_publisher.map(|publisher| {
+        tokio::spawn(relay::relay_forever(
+            pool.clone(),
+            publisher,
+            outbox.clone(),
+        ))
+    });
     let consumer = Consumer::join(&settings.consumer).with_context(|| {
         format!(
             "joining group {} at {}",
@@ -111,6 +127,7 @@ pub async fn run(settings: RunSettings, shutdown: impl Future<Output = ()>) -> a
         metrics: Some(metrics),
         traces: traces.clone(),
         dead_letter_topic,
+        outbox: Some(outbox),
     };
     let ran = pipeline.run(shutdown, StopWhen::default()).await;
     if let Some(traces) = traces {
@@ -128,6 +145,8 @@ struct Preflight {
     status: Option<tokio::net::TcpListener>,
     traces: Option<std::sync::Arc<Traces>>,
     dead_letter_topic: Option<DeadLetterTopic>,
+    /// The outbox relay's producer, unless `--no-relay`.
+    relay_publisher: Option<crate::kafka::Publisher>,
 }
 
 /// The checks that need no connection, all of them, with every problem in one
@@ -163,6 +182,11 @@ async fn preflight(settings: &RunSettings) -> anyhow::Result<Preflight> {
             .map_err(|e| problems.push(format!("the dead-letter producer: {e}")))
             .ok()
     });
+    let relay_publisher = settings.relay.then(|| {
+        crate::kafka::Publisher::for_relay(&settings.consumer.brokers, &settings.consumer.extra)
+            .map_err(|e| problems.push(format!("the outbox relay's producer: {e}")))
+            .ok()
+    });
     match plugin {
         Some(plugin) if problems.is_empty() => Ok(Preflight {
             runtime,
@@ -170,6 +194,7 @@ async fn preflight(settings: &RunSettings) -> anyhow::Result<Preflight> {
             status,
             traces,
             dead_letter_topic,
+            relay_publisher: relay_publisher.flatten(),
         }),
         _ => anyhow::bail!("{}", problems.join("\n  ")),
     }

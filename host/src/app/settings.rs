@@ -9,7 +9,7 @@ use anyhow::bail;
 use crate::cli::{CommitOnArg, RunArgs, StrategyArg};
 use crate::inbox::{CommitOn, RunnerSettings, Strategy};
 use crate::kafka::{self, ConsumerSettings, IdSources};
-use crate::plugin::SandboxLimits;
+use crate::plugin::{PublishLimits, SandboxLimits};
 
 use super::consume::{Backoff, PipelineLimits, RetryPolicy};
 
@@ -39,6 +39,8 @@ pub struct RunSettings {
     pub compile_cache: Option<PathBuf>,
     /// Where set-aside records are published too.
     pub dead_letter_topic: Option<String>,
+    /// Run the outbox relay in this process.
+    pub relay: bool,
 }
 
 impl RunSettings {
@@ -116,6 +118,23 @@ impl RunSettings {
             problems.push(format!("--message-id: {e}"));
             IdSources::default()
         });
+        let publish_topics: Vec<String> = args
+            .publish_topics
+            .iter()
+            .map(|t| t.trim().to_string())
+            .filter(|t| !t.is_empty())
+            .collect();
+        for topic in &publish_topics {
+            if let Err(why) = kafka::check_topic_name(topic) {
+                problems.push(format!("--publish-topic {topic:?}: {why}"));
+            }
+            if topics.contains(topic) {
+                problems.push(format!(
+                    "--publish-topic {topic} is also a topic this group consumes: what the \
+                     handler publishes would come back to it; name another topic"
+                ));
+            }
+        }
         let worker_id = args.worker_id.clone().unwrap_or_else(default_worker_id);
         let checks = [
             (
@@ -210,14 +229,21 @@ impl RunSettings {
                 batch_max: args.batch_max,
                 batch_linger: Duration::from_millis(args.batch_linger_ms),
                 concurrency: args.concurrency.unwrap_or(args.db_pool_size as usize),
+                max_outbox_backlog: args.max_outbox_backlog.max(1),
             },
             sandbox: SandboxLimits {
                 deadline: Duration::from_millis(args.guest_deadline_ms.max(1)),
                 memory_bytes: args.guest_memory_mib.max(1) << 20,
                 max_param_bytes: args.max_param_bytes.max(1),
                 reuse_instance: args.reuse_instance,
+                publish: PublishLimits {
+                    topics: publish_topics,
+                    max_messages: args.max_publish,
+                    max_message_bytes: args.max_message_bytes,
+                },
                 ..SandboxLimits::default()
             },
+            relay: !args.no_relay,
             status_addr: args.status_addr.filter(|a| !a.trim().is_empty()),
             stall_after: Duration::from_secs(args.stall_after_secs.max(1)),
             compile_cache: args.compile_cache.dir(),

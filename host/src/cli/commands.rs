@@ -52,6 +52,14 @@ pub struct ShadowArgs {
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,
+    /// Topics the version may publish to, as for `run`: what it would publish
+    /// is counted per topic and never sent.
+    #[arg(
+        long = "publish-topic",
+        env = "INBOX_PUBLISH_TOPIC",
+        value_delimiter = ','
+    )]
+    pub publish_topics: Vec<String>,
     #[command(flatten)]
     pub compile_cache: CompileCacheArg,
 }
@@ -206,4 +214,16 @@ pub struct DevArgs {
     /// once everything is up.
     #[arg(long)]
     pub env_file: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct RelayArgs {
+    #[command(flatten)]
+    pub database: DatabaseArgs,
+    /// Kafka bootstrap servers.
+    #[arg(long, env = "KAFKA_BROKERS", default_value = "localhost:9092")]
+    pub brokers: String,
+    /// librdkafka connection properties, key=value (TLS, SASL), as for `run`.
+    #[arg(long = "kafka-opt", env = "INBOX_KAFKA_OPTS", value_delimiter = ';')]
+    pub kafka_opts: Vec<String>,
 }

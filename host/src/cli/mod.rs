@@ -10,7 +10,7 @@ mod run;
 
 pub use commands::{
     BuildArgs, DeadLettersArgs, DevArgs, LabArgs, LetterAction, LetterFilterArgs, NewArgs,
-    RedriveArgs, ShadowArgs,
+    RedriveArgs, RelayArgs, ShadowArgs,
 };
 pub use run::{CommitOnArg, RunArgs, StrategyArg};
 
@@ -77,6 +77,10 @@ pub enum Command {
     /// group (no offset committed), beside what the live version did with it.
     /// Exits non-zero when the new version fails records the live one processed.
     Shadow(ShadowArgs),
+    /// Relay committed rows of inbox_host.outbox to Kafka, without consuming:
+    /// for applications that insert outbox rows themselves (docs/outbox.md).
+    /// One relay sends at a time per database; others stand by.
+    Relay(RelayArgs),
 }
 
 #[derive(Debug, Clone, Args)]

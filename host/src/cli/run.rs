@@ -68,8 +68,9 @@ pub struct RunArgs {
         default_value = "header:message_id,header:event_id,json:event_id,coordinates"
     )]
     pub message_id: String,
-    /// Records larger than this are set aside as dead letters instead of handled.
-    #[arg(long, env = "INBOX_MAX_MESSAGE_BYTES", default_value_t = 1 << 20)]
+    /// Records larger than this are set aside as dead letters instead of handled;
+    /// also the most bytes (key, value, headers) of a message a handler publishes.
+    #[arg(long, env = "INBOX_MAX_MESSAGE_BYTES", default_value_t = crate::plugin::DEFAULT_MAX_MESSAGE_BYTES)]
     pub max_message_bytes: usize,
     /// Set a record aside as a dead letter after this many failures in a row
     /// (default: retry a retryable failure forever, holding its partition).
@@ -166,6 +167,27 @@ pub struct RunArgs {
     /// why), acknowledged by all in-sync replicas before its offset is stored.
     #[arg(long, env = "INBOX_DEAD_LETTER_TOPIC")]
     pub dead_letter_topic: Option<String>,
+    /// A topic handlers may publish to through the outbox (repeat, or
+    /// comma-separate in INBOX_PUBLISH_TOPIC). None by default: a handler that
+    /// publishes elsewhere fails for good, its record set aside.
+    #[arg(
+        long = "publish-topic",
+        env = "INBOX_PUBLISH_TOPIC",
+        value_delimiter = ','
+    )]
+    pub publish_topics: Vec<String>,
+    /// The most messages a handler may publish for one record.
+    #[arg(long, env = "INBOX_MAX_PUBLISH", default_value_t = crate::plugin::DEFAULT_MAX_PUBLISH)]
+    pub max_publish: usize,
+    /// Do not relay outbox rows from this process (run `inbox-host relay`
+    /// elsewhere). By default every host runs a relay; one sends at a time.
+    #[arg(long, env = "INBOX_NO_RELAY")]
+    pub no_relay: bool,
+    /// Stop taking new records while this many outbox rows wait to be relayed
+    /// (a broker outage holds them in the table): the consume side slows down
+    /// instead of the outbox growing without bound.
+    #[arg(long, env = "INBOX_MAX_OUTBOX_BACKLOG", default_value_t = 100_000)]
+    pub max_outbox_backlog: i64,
     #[command(flatten)]
     pub compile_cache: CompileCacheArg,
 }

@@ -1,6 +1,6 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::inbox::{FailureKind, Handler, HandlerError, Message, Tx};
+use crate::inbox::{FailureKind, Handler, HandlerError, Message, Outgoing, Tx};
 
 /// The billing handler written natively in Rust: the same INSERT the billing
 /// plugin does, through the same runner. The lab uses it (optionally failing
@@ -9,6 +9,9 @@ use crate::inbox::{FailureKind, Handler, HandlerError, Message, Tx};
 pub struct NativeBilling {
     /// Fail after writing the invoice (the lab's "handler that fails halfway").
     pub fail_after_write: bool,
+    /// Also publish `invoice-created` to this topic, keyed by the order id (the
+    /// lab's consume-transform-produce row, the benchmark's outbox mode).
+    pub publish_to: Option<String>,
     /// How many times the handler ran.
     pub runs: AtomicU64,
 }
@@ -24,7 +27,11 @@ impl Handler for NativeBilling {
         "native:billing"
     }
 
-    async fn handle(&self, message: &Message, mut tx: Tx) -> (Tx, Result<(), HandlerError>) {
+    async fn handle(
+        &self,
+        message: &Message,
+        mut tx: Tx,
+    ) -> (Tx, Result<Vec<Outgoing>, HandlerError>) {
         self.runs.fetch_add(1, Ordering::SeqCst);
         let order: Order = match serde_json::from_slice(&message.payload) {
             Ok(o) => o,
@@ -41,6 +48,18 @@ impl Handler for NativeBilling {
             serde_json::Value::String(s) => s,
             other => other.to_string(),
         };
+        let published: Vec<Outgoing> = self
+            .publish_to
+            .iter()
+            .map(|topic| Outgoing {
+                topic: topic.clone(),
+                key: Some(order_id.clone().into_bytes()),
+                value: serde_json::json!({ "order_id": order_id, "amount": order.amount })
+                    .to_string()
+                    .into_bytes(),
+                headers: Vec::new(),
+            })
+            .collect();
         let inserted = sqlx::query(
             "INSERT INTO invoices (order_id, amount, message_id, marker) VALUES ($1, $2::float8, $3, 'native')",
         )
@@ -60,7 +79,7 @@ impl Handler for NativeBilling {
                 true,
                 "the lab's handler fails after writing its invoice",
             )),
-            Ok(_) => Ok(()),
+            Ok(_) => Ok(published),
         };
         (tx, verdict)
     }

@@ -1,6 +1,6 @@
 use std::future::Future;
 
-use super::{FailureKind, Message};
+use super::{FailureKind, Message, Outgoing};
 
 /// The open transaction a handler works in. Dropping it rolls back.
 pub type Tx = sqlx::Transaction<'static, sqlx::Postgres>;
@@ -13,12 +13,14 @@ pub trait Handler: Send + Sync {
     /// The version label stored on the inbox row (a plugin's SHA-256 digest).
     fn version(&self) -> &str;
 
-    /// Handles `message` using `tx`; returns the transaction and the verdict.
+    /// Handles `message` using `tx`; returns the transaction and the verdict:
+    /// on success, the messages the handler published, in order (the runner
+    /// stores them in the same transaction).
     fn handle(
         &self,
         message: &Message,
         tx: Tx,
-    ) -> impl Future<Output = (Tx, Result<(), HandlerError>)> + Send;
+    ) -> impl Future<Output = (Tx, Result<Vec<Outgoing>, HandlerError>)> + Send;
 }
 
 /// Why a handler did not succeed, and whether delivering again can help.

@@ -9,6 +9,7 @@ mod dead_letters;
 mod handler;
 mod live;
 mod message;
+mod outbox;
 mod outcome;
 mod retention;
 mod rights;
@@ -25,6 +26,10 @@ pub use dead_letters::{
 pub use handler::{storable_text, Handler, HandlerError, Tx, MAX_FAILURE_TEXT};
 pub use live::{live_fates, LiveFate};
 pub use message::{Header, Message};
+pub use outbox::{
+    backlog as outbox_backlog, delete_sent, outgoing_message_id, pending as pending_outgoing,
+    try_lock_relay, OutboxRow, Outgoing, OUTBOX_CHANNEL, RESERVED_HEADERS,
+};
 pub use outcome::{FailureKind, Outcome};
 pub use retention::prune;
 pub use rights::{check_rights, RUNTIME_RIGHTS};

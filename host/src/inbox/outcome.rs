@@ -49,6 +49,9 @@ pub enum FailureKind {
     Stack,
     /// A guest statement was refused by the host's SQL rules.
     DbRule,
+    /// A message the guest published was refused (a topic not allowed, too many,
+    /// too large).
+    PublishRule,
     /// The handler returned ok, but its transaction was no longer committable (a
     /// statement failed and aborted it, or it was ended or replaced).
     TransactionBroken,
@@ -70,6 +73,7 @@ impl FailureKind {
             FailureKind::Memory => "memory",
             FailureKind::Stack => "stack",
             FailureKind::DbRule => "db-rule",
+            FailureKind::PublishRule => "publish-rule",
             FailureKind::TransactionBroken => "transaction-broken",
             FailureKind::Trap => "trap",
             FailureKind::Database => "database",

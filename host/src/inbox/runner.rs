@@ -5,8 +5,9 @@ use futures_util::FutureExt;
 use sqlx::PgPool;
 use tokio::time::Instant;
 
+use super::outbox;
 use super::store::{self, BatchClaim, Claim, ClaimBy};
-use super::{FailureKind, Handler, HandlerError, Message, Outcome, Strategy, Tx};
+use super::{FailureKind, Handler, HandlerError, Message, Outcome, Outgoing, Strategy, Tx};
 
 /// How the runner claims messages and bounds their transactions.
 #[derive(Debug, Clone)]
@@ -174,13 +175,19 @@ impl Runner {
             return Ok(Batch::Committed(vec![Outcome::Duplicate; messages.len()]));
         };
         let mut outcomes = Vec::with_capacity(messages.len());
+        let mut published = Vec::new();
         for (at, (message, run)) in messages.iter().zip(runs).enumerate() {
             if !run {
                 outcomes.push(Outcome::Duplicate);
                 continue;
             }
             match self.run_handler(handler, message, tx, until).await {
-                Ok(returned) => tx = returned,
+                Ok((returned, outgoing)) => {
+                    tx = returned;
+                    if !outgoing.is_empty() {
+                        published.push((*message, outgoing));
+                    }
+                }
                 Err(failed) => {
                     let error = failed.rolled_back().await;
                     return Ok(Batch::FailedAt(at, Outcome::Failed(error)));
@@ -193,6 +200,7 @@ impl Runner {
             rollback(tx).await;
             return Ok(Batch::OneByOne);
         }
+        outbox::stage(&mut tx, &self.settings.group, &published).await?;
         tx.commit().await?;
         Ok(Batch::Committed(outcomes))
     }
@@ -219,11 +227,11 @@ impl Runner {
         message: &Message,
         tx: Tx,
         until: Instant,
-    ) -> Result<Tx, HandlerFailed> {
+    ) -> Result<(Tx, Vec<Outgoing>), HandlerFailed> {
         let call = AssertUnwindSafe(handler.handle(message, tx)).catch_unwind();
         let dropped = |error| HandlerFailed { tx: None, error };
         match tokio::time::timeout_at(until, call).await {
-            Ok(Ok((tx, Ok(())))) => Ok(tx),
+            Ok(Ok((tx, Ok(outgoing)))) => Ok((tx, outgoing)),
             Ok(Ok((tx, Err(error)))) => Err(HandlerFailed {
                 tx: Some(tx),
                 error,
@@ -256,31 +264,38 @@ impl Runner {
     /// Runs `handler` for `message` the way [`Runner::process`] would — the
     /// same transaction limits, guest role, deadline and pre-commit check — and
     /// always rolls back: what the handler would do, and nothing left behind
-    /// (no inbox row, no attempt, no effect). `Processed` means it would have
-    /// committed.
-    pub async fn rehearse<H: Handler>(&self, message: &Message, handler: &H) -> Outcome {
+    /// (no inbox row, no attempt, no effect, nothing published). `Processed`
+    /// means it would have committed, publishing the messages returned with it.
+    pub async fn rehearse<H: Handler>(
+        &self,
+        message: &Message,
+        handler: &H,
+    ) -> (Outcome, Vec<Outgoing>) {
         let by = self.claim_by(handler);
         let rehearsal = async {
             let mut tx = self.pool.begin().await?;
             let until = Instant::now() + self.settings.transaction_timeout;
             let xid = store::begin_plain(&mut tx, &by).await?;
-            let mut tx = match self.run_handler(handler, message, tx, until).await {
-                Ok(tx) => tx,
-                Err(failed) => return Ok(Outcome::Failed(failed.rolled_back().await)),
+            let (mut tx, outgoing) = match self.run_handler(handler, message, tx, until).await {
+                Ok(ran) => ran,
+                Err(failed) => {
+                    return Ok((Outcome::Failed(failed.rolled_back().await), Vec::new()))
+                }
             };
-            let outcome = match still_ours(&mut tx, &xid, by.guest_role).await {
-                Ok(()) => Outcome::Processed,
-                Err(broken) => Outcome::Failed(broken),
+            let rehearsed = match still_ours(&mut tx, &xid, by.guest_role).await {
+                Ok(()) => (Outcome::Processed, outgoing),
+                Err(broken) => (Outcome::Failed(broken), Vec::new()),
             };
             rollback(tx).await;
-            Ok::<_, sqlx::Error>(outcome)
+            Ok::<_, sqlx::Error>(rehearsed)
         };
         rehearsal.await.unwrap_or_else(|e| {
-            Outcome::Failed(HandlerError::new(
+            let error = HandlerError::new(
                 FailureKind::Database,
                 true,
                 format!("database error around the handler: {e}"),
-            ))
+            );
+            (Outcome::Failed(error), Vec::new())
         })
     }
 
@@ -302,14 +317,15 @@ impl Runner {
             store::begin_plain(&mut tx, &by).await?
         };
 
-        let mut tx = match self.run_handler(handler, message, tx, until).await {
-            Ok(tx) => tx,
+        let (mut tx, outgoing) = match self.run_handler(handler, message, tx, until).await {
+            Ok(ran) => ran,
             Err(failed) => return Ok(Outcome::Failed(failed.rolled_back().await)),
         };
         if let Err(broken) = still_ours(&mut tx, &xid, by.guest_role).await {
             rollback(tx).await;
             return Ok(Outcome::Failed(broken));
         }
+        outbox::stage(&mut tx, &self.settings.group, &[(message, outgoing)]).await?;
         tx.commit().await?;
         Ok(Outcome::Processed)
     }

@@ -26,7 +26,7 @@ pub use error::{KafkaError, KafkaResult};
 pub use message_id::{IdSource, IdSources};
 pub use partition::{PartitionStream, Watermark};
 pub use producer::{committed_offset, committed_offsets, high_watermarks, produce, OutgoingRecord};
-pub use publisher::{Publication, Publisher};
+pub use publisher::{check_topic_name, Publication, Publisher};
 pub use record::{Record, RecordHeader};
 pub use snapshot::{read_recent, Start};
 

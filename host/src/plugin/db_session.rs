@@ -11,6 +11,7 @@ use super::db_values::{
     bind_all, column_names, host_error, is_retryable_sqlstate, keyed_sql, param_bytes,
     row_footprint, row_values, INVALID_PARAMETER, RESULT_TOO_LARGE, STATEMENT_REFUSED,
 };
+use super::outbox::OutboxSession;
 use super::sql_checks::CheckedStatements;
 use crate::inbox::Tx;
 
@@ -31,6 +32,8 @@ pub(crate) struct DbSession {
     max_param_bytes: usize,
     param_bytes: usize,
     clock: GuestClock,
+    /// What the guest published (the `outbox` interface shares this session).
+    pub outbox: OutboxSession,
 }
 
 impl DbSession {
@@ -39,6 +42,7 @@ impl DbSession {
         statements: Arc<CheckedStatements>,
         max_param_bytes: usize,
         clock: GuestClock,
+        outbox: OutboxSession,
     ) -> Self {
         Self {
             tx,
@@ -49,6 +53,7 @@ impl DbSession {
             max_param_bytes,
             param_bytes: 0,
             clock,
+            outbox,
         }
     }
 
@@ -60,6 +65,7 @@ impl DbSession {
         self.refused_statement = None;
         self.refusals = 0;
         self.param_bytes = 0;
+        self.outbox.next_message();
     }
 }
 

@@ -7,7 +7,7 @@ use super::db_session::{ConnectionLost, LOGGED_REFUSALS};
 use super::event::{handle_func, EventRef};
 use super::loader::{LoadError, Plugin, Reusable};
 use super::state::GuestState;
-use crate::inbox::{storable_text, FailureKind, Handler, HandlerError, Message, Tx};
+use crate::inbox::{storable_text, FailureKind, Handler, HandlerError, Message, Outgoing, Tx};
 
 /// Guest output logged per message: lines, bytes in all, and bytes per line.
 const LOGGED_OUTPUT_LINES: usize = 20;
@@ -24,7 +24,7 @@ impl Handler for Plugin {
         &self.digest
     }
 
-    async fn handle(&self, message: &Message, tx: Tx) -> (Tx, Result<(), HandlerError>) {
+    async fn handle(&self, message: &Message, tx: Tx) -> (Tx, Result<Vec<Outgoing>, HandlerError>) {
         let (mut store, kept) = match self.idle_instance() {
             Some(Reusable {
                 mut store,
@@ -97,7 +97,18 @@ impl Handler for Plugin {
             ),
             Err(trap) => (Err(classify(&trap, state, &output)), None),
         };
-        let verdict = verdict.map_err(|error| blame_refusal(error, state));
+        let verdict = match (verdict, &state.db.outbox.refused) {
+            // A refused publication cannot be fixed by running again: whatever
+            // the guest made of the error, the record fails for good.
+            (Ok(()), Some(refused)) => Err(HandlerError::new(
+                FailureKind::PublishRule,
+                false,
+                format!("the host refused a message the handler published ({} {}); nothing was committed",
+                    refused.code, refused.message),
+            )),
+            (verdict, _) => verdict.map_err(|error| blame_refusal(error, state)),
+        };
+        let verdict = verdict.map(|()| state.db.outbox.take());
         let tx = state
             .db
             .tx
@@ -264,8 +275,21 @@ fn panic_message(stderr: &str) -> String {
 }
 
 /// A handler that failed or panicked after the host refused one of its
-/// statements failed because of the refusal: `db-rule`, which waiting cannot fix.
+/// publications or statements failed because of the refusal: `publish-rule` or
+/// `db-rule`, which waiting cannot fix.
 fn blame_refusal(error: HandlerError, state: &GuestState) -> HandlerError {
+    if let (Some(refused), FailureKind::HandlerError | FailureKind::Panic) =
+        (&state.db.outbox.refused, error.kind)
+    {
+        return HandlerError::new(
+            FailureKind::PublishRule,
+            false,
+            format!(
+                "{} (after the host refused a message it published: {} {})",
+                error.message, refused.code, refused.message
+            ),
+        );
+    }
     match (&state.db.refused_statement, error.kind) {
         (Some(refused), FailureKind::HandlerError | FailureKind::Panic) => HandlerError::new(
             FailureKind::DbRule,

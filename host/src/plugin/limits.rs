@@ -26,6 +26,35 @@ pub struct SandboxLimits {
     /// afresh (`--reuse-instance`, docs/plugins.md): its globals and heap carry
     /// over; an instance whose message failed in any way is discarded.
     pub reuse_instance: bool,
+    /// What the guest may publish through `outbox`.
+    pub publish: PublishLimits,
+}
+
+/// What one message's guest may publish (`--publish-topic`, `--max-publish`,
+/// `--max-message-bytes`).
+#[derive(Debug, Clone)]
+pub struct PublishLimits {
+    /// Topics the guest may publish to; none by default.
+    pub topics: Vec<String>,
+    /// The most messages one record's run may publish.
+    pub max_messages: usize,
+    /// The most bytes one message may have: key, value, header names and values.
+    pub max_message_bytes: usize,
+}
+
+/// The CLI's defaults for `--max-publish` and `--max-message-bytes` (1 MiB,
+/// about a default broker's `message.max.bytes`).
+pub const DEFAULT_MAX_PUBLISH: usize = 100;
+pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 1 << 20;
+
+impl Default for PublishLimits {
+    fn default() -> Self {
+        Self {
+            topics: Vec::new(),
+            max_messages: DEFAULT_MAX_PUBLISH,
+            max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
+        }
+    }
 }
 
 impl Default for SandboxLimits {
@@ -37,6 +66,7 @@ impl Default for SandboxLimits {
             max_stack_bytes: 512 << 10,
             output_bytes: 256 << 10,
             reuse_instance: false,
+            publish: PublishLimits::default(),
         }
     }
 }

@@ -22,12 +22,15 @@ pub enum LoadError {
     WrongWorld { path: String, reason: String },
     #[error("{path} cannot be instantiated in the sandbox: {reason}")]
     Instantiate { path: String, reason: String },
-    #[error("{path} was built against {found}, and this host speaks {CONTRACT}: rebuild it with the inbox-guest SDK of this host (docs/wit.md says what changed between versions)")]
+    #[error("{path} was built against {found}, and this host speaks {}: rebuild it with the inbox-guest SDK of this host (docs/wit.md says what changed between versions)", CONTRACTS.join(" and "))]
     OtherContract { path: String, found: String },
 }
 
-/// The WIT package (and version) this host provides to plugins: `wit/inbox.wit`.
-pub const CONTRACT: &str = "inbox:host@0.2.0";
+/// The WIT package (and version) plugins are built against: `wit/inbox.wit`.
+/// Plugins built against an older one this host still links
+/// ([`CONTRACTS`]) run unchanged.
+pub const CONTRACT: &str = CONTRACTS[0];
+pub use super::legacy::CONTRACTS;
 
 /// A compiled handler component, checked against the world, ready to instantiate
 /// once per message.
@@ -209,17 +212,16 @@ impl Plugin {
     }
 }
 
-/// The `inbox:host` package a component imports, when it is another version than
-/// this host's (its imports would fail to link with a message about types).
+/// The `inbox:host` package a component imports, when it is a version this host
+/// does not link (its imports would fail to link with a message about types).
 fn other_contract(component: &Component, engine: &wasmtime::Engine) -> Option<String> {
-    let this = CONTRACT.split_once('@').map_or("", |(_, version)| version);
     let ty = component.component_type();
     let found = ty
         .imports(engine)
         .filter_map(|(name, _)| name.strip_prefix("inbox:host/"))
         .filter_map(|rest| rest.split_once('@').map(|(_, version)| version))
-        .find(|version| *version != this)
-        .map(|version| format!("inbox:host@{version}"));
+        .map(|version| format!("inbox:host@{version}"))
+        .find(|contract| !CONTRACTS.contains(&contract.as_str()));
     found
 }
 

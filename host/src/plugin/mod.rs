@@ -1,5 +1,5 @@
 //! The WebAssembly side: loading handler components, the sandbox they run in, and
-//! the `db` capability bound to the inbox transaction.
+//! the `db` and `outbox` capabilities bound to the inbox transaction.
 //!
 //! Architecture invariant: this module knows nothing about Kafka. It implements
 //! [`crate::inbox::Handler`] for a loaded plugin; the runner decides when to commit.
@@ -10,8 +10,10 @@ mod db_session;
 mod db_values;
 mod event;
 mod handle;
+mod legacy;
 mod limits;
 mod loader;
+mod outbox;
 mod output;
 mod runtime;
 mod sql_checks;
@@ -19,8 +21,8 @@ mod sql_guard;
 mod state;
 mod swap;
 
-pub use limits::SandboxLimits;
-pub use loader::{digest_of, LoadError, Plugin, CONTRACT};
+pub use limits::{PublishLimits, SandboxLimits, DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_MAX_PUBLISH};
+pub use loader::{digest_of, LoadError, Plugin, CONTRACT, CONTRACTS};
 pub use runtime::Runtime;
 pub use sql_guard::{check as check_statement, Violation};
 pub use swap::{PluginCell, SwapCounts, Watcher};

@@ -74,6 +74,7 @@ impl Runtime {
         Handler::add_to_linker::<_, HasSelf<_>>(&mut linker, |state: &mut GuestState| {
             &mut state.db
         })?;
+        super::legacy::add_to_linker(&mut linker)?;
         Ok(Self {
             engine,
             linker: Arc::new(linker),

@@ -7,6 +7,7 @@ use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 use super::clock::GuestClock;
 use super::db_session::DbSession;
 use super::limits::{SandboxLimits, MAX_TABLE_ELEMENTS};
+use super::outbox::OutboxSession;
 use super::output::GuestOutput;
 use super::sql_checks::CheckedStatements;
 use crate::inbox::Tx;
@@ -41,7 +42,13 @@ impl GuestState {
             .build();
         let clock = GuestClock::start();
         Self {
-            db: DbSession::new(tx, statements, limits.max_param_bytes, clock.clone()),
+            db: DbSession::new(
+                tx,
+                statements,
+                limits.max_param_bytes,
+                clock.clone(),
+                OutboxSession::new(limits.publish.clone()),
+            ),
             clock,
             memory: MemoryCap::new(limits.memory_bytes),
             stdout,

@@ -32,6 +32,10 @@ pub const PYTHON_SDK: &[(&str, &str)] = &[
         "inbox_guest/_event.py",
         include_str!("../../../guest-sdk/python/inbox_guest/_event.py"),
     ),
+    (
+        "inbox_guest/_outbox.py",
+        include_str!("../../../guest-sdk/python/inbox_guest/_outbox.py"),
+    ),
 ];
 
 /// The JavaScript/TypeScript SDK, as `inbox-guest/<file>`.
@@ -68,6 +72,10 @@ pub const RUST_SDK: &[(&str, &str)] = &[
     (
         "inbox-guest/src/event.rs",
         include_str!("../../../guest-sdk/src/event.rs"),
+    ),
+    (
+        "inbox-guest/src/outbox.rs",
+        include_str!("../../../guest-sdk/src/outbox.rs"),
     ),
 ];
 

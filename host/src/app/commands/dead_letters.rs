@@ -203,7 +203,7 @@ async fn redrive_one(
             topic: &topic,
             key: message.key.as_deref(),
             headers: &headers,
-            payload: &message.payload,
+            payload: Some(&message.payload),
         })
         .await
         .with_context(|| format!("publishing to {topic}"))?;

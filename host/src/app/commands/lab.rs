@@ -12,11 +12,16 @@ use sqlx::PgPool;
 use crate::app::consume::{Pipeline, StopWhen};
 use crate::app::database::{connect, connect_in};
 use crate::app::delivery::{Delivery, Verdict};
+use crate::app::relay::{self, RelayStatus};
 use crate::cli::LabArgs;
 use crate::embedded::NativeBilling;
 use crate::embedded::{Durability, LocalBroker, TempPostgres};
 use crate::inbox::{self, CommitOn, Outcome, Runner, RunnerSettings, Strategy};
-use crate::kafka::{self, Consumer, ConsumerSettings, IdSources, OutgoingRecord};
+use crate::kafka::{self, Consumer, ConsumerSettings, IdSources, OutgoingRecord, Publisher};
+
+/// How long the lab waits for the relay to send the consume-transform-produce
+/// row's message.
+const RELAY_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// One printed row of the lab.
 pub type LabRow = String;
@@ -54,6 +59,7 @@ pub async fn lab(args: LabArgs) -> anyhow::Result<Vec<LabRow>> {
         rows.push(stage.failing_handler(name, strategy).await?);
     }
     rows.push(stage.duplicate().await?);
+    rows.push(stage.consume_transform_produce().await?);
     stage.clean_up().await?;
     Ok(rows)
 }
@@ -119,7 +125,7 @@ impl Stage {
             return Ok(());
         };
         let groups = format!("lab-%-{}", self.run);
-        for table in ["inbox", "dead_letters", "attempts"] {
+        for table in ["inbox", "dead_letters", "attempts", "outbox"] {
             sqlx::query(&format!(
                 "DELETE FROM inbox_host.{table} WHERE consumer_group LIKE $1"
             ))
@@ -187,6 +193,77 @@ impl Stage {
             ));
         }
         Ok(format!("duplicate  {}", parts.join("  ")))
+    }
+
+    /// The outbox: the first consumer's handler writes an invoice, publishes
+    /// `invoice-created` and fails; a fresh consumer's handler succeeds; the
+    /// relay sends what committed. `published` counts the records on the output
+    /// topic (and, for the first consumer, any outbox row left waiting).
+    async fn consume_transform_produce(&self) -> anyhow::Result<LabRow> {
+        let (topic, group, id) = self.names("consume-transform-produce");
+        let output = format!("{topic}-invoices-created");
+        if let Some(broker) = &self._broker {
+            broker.create_topic(&output, 1)?;
+        }
+        self.publish(&topic, &id, 1).await?;
+        let relay = tokio::spawn(relay::relay_forever(
+            self.pool.clone(),
+            Publisher::for_relay(&self.brokers, &[])?,
+            Arc::new(RelayStatus::default()),
+        ));
+        let failing = Arc::new(NativeBilling {
+            fail_after_write: true,
+            publish_to: Some(output.clone()),
+            ..NativeBilling::default()
+        });
+        let first = self
+            .consume_once(&topic, &group, Strategy::ExactlyOnceInbox, failing)
+            .await?
+            .context("the first consumer received nothing")?;
+        let first_published = self.published(&output).await + self.outbox_rows(&group).await?;
+        let first = format!(
+            "processed={} invoices={} published={first_published}",
+            is_processed(&first),
+            self.invoices(&id).await?
+        );
+        let fixed = Arc::new(NativeBilling {
+            publish_to: Some(output.clone()),
+            ..NativeBilling::default()
+        });
+        let second = self
+            .consume_once(&topic, &group, Strategy::ExactlyOnceInbox, fixed)
+            .await?
+            .context("the second consumer received nothing")?;
+        let waiting_since = tokio::time::Instant::now();
+        while self.published(&output).await < 1 && waiting_since.elapsed() < RELAY_WAIT {
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        relay.abort();
+        Ok(format!(
+            "consume-transform-produce  first: {first}  second consumer: processed={} invoices={} published={}",
+            is_processed(&second),
+            self.invoices(&id).await?,
+            self.published(&output).await
+        ))
+    }
+
+    /// Records on partition 0 of `topic` (0 when it does not exist yet).
+    async fn published(&self, topic: &str) -> i64 {
+        let (brokers, topic) = (self.brokers.clone(), topic.to_string());
+        tokio::task::spawn_blocking(move || kafka::high_watermarks(&brokers, &topic, 1))
+            .await
+            .ok()
+            .and_then(Result::ok)
+            .map_or(0, |w| w[0])
+    }
+
+    async fn outbox_rows(&self, group: &str) -> anyhow::Result<i64> {
+        Ok(
+            sqlx::query_scalar("SELECT count(*) FROM inbox_host.outbox WHERE consumer_group = $1")
+                .bind(group)
+                .fetch_one(&self.pool)
+                .await?,
+        )
     }
 
     fn names(&self, slug: &str) -> (String, String, String) {

@@ -11,7 +11,7 @@ use serde_json::json;
 use crate::cli::ShadowArgs;
 use crate::inbox::{self, LiveFate, Message, Outcome, Runner, RunnerSettings};
 use crate::kafka::{self, IdSources, Start};
-use crate::plugin::{Runtime, SandboxLimits};
+use crate::plugin::{PublishLimits, Runtime, SandboxLimits};
 
 /// How long reading the records may take in all.
 const READ_WITHIN: Duration = Duration::from_secs(120);
@@ -23,6 +23,9 @@ struct Tried {
     live: LiveFate,
 }
 
+/// Messages the version would have published, per topic (never sent).
+type WouldPublish = BTreeMap<String, usize>;
+
 /// Runs the shadow and prints its report; an error when the new version fails
 /// records the live version processed (so a deploy script can gate on it).
 pub async fn shadow(args: ShadowArgs) -> anyhow::Result<()> {
@@ -33,10 +36,14 @@ pub async fn shadow(args: ShadowArgs) -> anyhow::Result<()> {
         .map_err(|e: String| anyhow::anyhow!("--message-id: {e}"))?;
     let extra = crate::app::settings::kafka_options(&args.kafka_opts)
         .map_err(|bad| anyhow::anyhow!("{}", bad.join("\n  ")))?;
-    let runtime = Runtime::with_compile_cache(
-        SandboxLimits::default(),
-        args.compile_cache.dir().as_deref(),
-    )?;
+    let limits = SandboxLimits {
+        publish: PublishLimits {
+            topics: args.publish_topics.clone(),
+            ..PublishLimits::default()
+        },
+        ..SandboxLimits::default()
+    };
+    let runtime = Runtime::with_compile_cache(limits, args.compile_cache.dir().as_deref())?;
     let plugin = crate::plugin::Plugin::load_checked(&runtime, &args.plugin).await?;
     let start = match args.from_offset {
         Some(offset) => Start::Offset(offset),
@@ -64,6 +71,7 @@ pub async fn shadow(args: ShadowArgs) -> anyhow::Result<()> {
         },
     );
     let mut tried = Vec::with_capacity(records.len());
+    let mut would_publish = WouldPublish::new();
     for record in records {
         let (message, unusable) = crate::app::consume::message_of(record);
         let outcome = match unusable {
@@ -72,7 +80,13 @@ pub async fn shadow(args: ShadowArgs) -> anyhow::Result<()> {
                 false,
                 format!("unusable record: {why}"),
             )),
-            None => runner.rehearse(&message, &plugin).await,
+            None => {
+                let (outcome, outgoing) = runner.rehearse(&message, &plugin).await;
+                for o in outgoing {
+                    *would_publish.entry(o.topic).or_default() += 1;
+                }
+                outcome
+            }
         };
         tried.push((message, outcome));
     }
@@ -93,12 +107,12 @@ pub async fn shadow(args: ShadowArgs) -> anyhow::Result<()> {
         .count();
     let digest = crate::inbox::Handler::version(&plugin).to_string();
     if args.json {
-        println!(
-            "{}",
-            report_json(&digest, &tried, regressions, args.examples)
-        );
+        let mut report = report_json(&digest, &tried, regressions, args.examples);
+        report["would_publish"] = json!(would_publish);
+        println!("{report}");
     } else {
         print_report(&digest, &args.group, &tried, regressions, args.examples);
+        print_would_publish(&would_publish);
     }
     if regressions > 0 {
         bail!(
@@ -107,6 +121,19 @@ pub async fn shadow(args: ShadowArgs) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// What the version would have published, per topic (never sent).
+fn print_would_publish(would_publish: &WouldPublish) {
+    if would_publish.is_empty() {
+        println!("would publish: nothing");
+        return;
+    }
+    let per_topic: Vec<String> = would_publish
+        .iter()
+        .map(|(topic, n)| format!("{n} to {topic}"))
+        .collect();
+    println!("would publish (not sent): {}", per_topic.join(", "));
 }
 
 /// `processed`, `failed handler-error`, …: how the new version did.

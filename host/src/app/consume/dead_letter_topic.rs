@@ -62,7 +62,7 @@ impl DeadLetterTopic {
             topic: &self.name,
             key: message.key.as_deref(),
             headers: &headers,
-            payload: &message.payload,
+            payload: Some(&message.payload),
         };
         self.publisher.publish(&publication).await.map(drop)
     }

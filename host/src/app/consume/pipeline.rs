@@ -16,6 +16,7 @@ use super::source::{HandlerSource, PipelineLimits};
 use super::worker::{Shared, Worker};
 use crate::app::delivery::Delivery;
 use crate::app::observe::{Metrics, Traces};
+use crate::app::relay::RelayStatus;
 use crate::inbox::Runner;
 use crate::kafka::Consumer;
 
@@ -37,6 +38,8 @@ pub struct Pipeline<S> {
     pub traces: Option<Arc<Traces>>,
     /// Where set-aside records are published too.
     pub dead_letter_topic: Option<DeadLetterTopic>,
+    /// The outbox backlog the consume side slows down on.
+    pub outbox: Option<Arc<RelayStatus>>,
 }
 
 const CAUGHT_UP_POLL: Duration = Duration::from_millis(250);
@@ -59,6 +62,7 @@ impl<S: HandlerSource> Pipeline<S> {
             metrics: None,
             traces: None,
             dead_letter_topic: None,
+            outbox: None,
         };
         (pipeline, deliveries)
     }
@@ -81,6 +85,7 @@ impl<S: HandlerSource> Pipeline<S> {
             metrics,
             traces,
             dead_letter_topic,
+            outbox,
         } = self;
         let watched = observer.is_some() || stop.after_deliveries.is_some();
         let (deliveries_tx, mut deliveries) = tokio::sync::mpsc::unbounded_channel();
@@ -92,6 +97,7 @@ impl<S: HandlerSource> Pipeline<S> {
             metrics,
             traces,
             dead_letter_topic,
+            outbox,
             deliveries: watched.then_some(deliveries_tx),
             budget: stop.after_deliveries.map(std::sync::atomic::AtomicU64::new),
         });

@@ -38,6 +38,9 @@ pub struct PipelineLimits {
     pub batch_linger: Duration,
     /// Most batches in flight at once, across partitions.
     pub concurrency: usize,
+    /// Outbox rows waiting past which no worker starts a batch
+    /// (`--max-outbox-backlog`).
+    pub max_outbox_backlog: i64,
 }
 
 impl Default for PipelineLimits {
@@ -48,6 +51,7 @@ impl Default for PipelineLimits {
             batch_max: 100,
             batch_linger: Duration::from_millis(5),
             concurrency: 8,
+            max_outbox_backlog: 100_000,
         }
     }
 }

@@ -19,6 +19,7 @@ use sqlx::PgPool;
 
 use super::progress::Partitions;
 use crate::app::delivery::Verdict;
+use crate::app::relay::RelayStatus;
 use crate::inbox::{FailureKind, Outcome};
 use crate::kafka::GroupHealth;
 use crate::plugin::PluginCell;
@@ -71,6 +72,7 @@ struct Sampled {
     pool: OnceLock<PgPool>,
     plugin: OnceLock<PluginCell>,
     group: OnceLock<GroupHealth>,
+    relay: OnceLock<Arc<RelayStatus>>,
 }
 
 impl Default for Metrics {
@@ -144,6 +146,11 @@ impl Metrics {
         let _ = self.sampled.plugin.set(cell);
     }
 
+    /// Follow the outbox relay and backlog.
+    pub fn watch_relay(&self, status: Arc<RelayStatus>) {
+        let _ = self.sampled.relay.set(status);
+    }
+
     /// Follow the group member's view of its group and brokers.
     pub fn watch_kafka(&self, group: GroupHealth) {
         let _ = self.sampled.group.set(group);
@@ -177,6 +184,9 @@ impl Metrics {
             Some(_) => {}
         }
         reasons.extend(self.sampled.partitions.stalled(stall_after));
+        if let Some(relay) = self.sampled.relay.get() {
+            reasons.extend(super::relay_metrics::not_ready(relay, stall_after));
+        }
         reasons
     }
 
@@ -355,6 +365,9 @@ impl Collector for Sampled {
             let guest = encoder.encode_descriptor("inbox_host_guest_run_seconds", "Time guests ran (wasm and WASI calls, not waits on queries), all messages together.", None, MetricType::Counter)?;
             ConstCounter::new(seconds).encode(guest)?;
         }
+        if let Some(relay) = self.relay.get() {
+            super::relay_metrics::encode(relay, &mut encoder)?;
+        }
         Ok(())
     }
 }
@@ -402,7 +415,7 @@ fn partition_labels(topic: &str, partition: i32) -> Vec<(&'static str, String)> 
     ]
 }
 
-fn gauge(
+pub(super) fn gauge(
     encoder: &mut DescriptorEncoder,
     name: &str,
     help: &str,
@@ -419,7 +432,7 @@ fn gauge(
     Ok(())
 }
 
-fn counter(
+pub(super) fn counter(
     encoder: &mut DescriptorEncoder,
     name: &str,
     help: &str,

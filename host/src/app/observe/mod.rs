@@ -5,6 +5,7 @@
 
 mod metrics;
 mod progress;
+mod relay_metrics;
 mod status;
 mod traces;
 

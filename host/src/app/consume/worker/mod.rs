@@ -24,6 +24,7 @@ use super::pending::{Aside, Pending};
 use super::source::{HandlerSource, PipelineLimits};
 use crate::app::delivery::{Delivery, Verdict};
 use crate::app::observe::{Attempt, Metrics, Traces, Tracked};
+use crate::app::relay::{RelayStatus, BACKLOG_EVERY};
 use crate::inbox::{FailureKind, Handler, Message, Outcome, Runner};
 use crate::kafka::{PartitionStream, Record};
 
@@ -38,6 +39,8 @@ pub(super) struct Shared<S> {
     pub traces: Option<Arc<Traces>>,
     /// Where set-aside records are published too (`--dead-letter-topic`).
     pub dead_letter_topic: Option<DeadLetterTopic>,
+    /// The outbox backlog, measured by the relay's side.
+    pub outbox: Option<Arc<RelayStatus>>,
     pub deliveries: Option<UnboundedSender<Delivery>>,
     /// Deliveries left before the pipeline stops (`StopWhen::after_deliveries`):
     /// no worker starts a batch past it.
@@ -112,6 +115,22 @@ impl<S: HandlerSource> Worker<S> {
         }
     }
 
+    /// Waits while the outbox holds `--max-outbox-backlog` rows or more (the
+    /// broker is down, or the relay cannot keep up): records wait in Kafka rather
+    /// than their outgoing messages in the outbox.
+    async fn outbox_room(&mut self) {
+        let Some(outbox) = &self.shared.outbox else {
+            return;
+        };
+        let max = self.shared.limits.max_outbox_backlog;
+        while outbox.backlog_rows.load(Ordering::Relaxed) >= max {
+            tokio::select! {
+                () = tokio::time::sleep(BACKLOG_EVERY) => {}
+                () = self.stream.stopped() => return,
+            }
+        }
+    }
+
     async fn work(&mut self) {
         loop {
             if self.pending.is_empty() {
@@ -131,6 +150,7 @@ impl<S: HandlerSource> Worker<S> {
                 self.stream.stopped().await;
                 return;
             }
+            self.outbox_room().await;
             self.take_arrived(want).await;
             if self.stream.is_stopped() {
                 return;

@@ -1,8 +1,11 @@
 //! What the benchmarks share: the runner they drive in process, and medians.
 
+pub mod e2e;
+
 use std::sync::Arc;
 use std::time::Instant;
 
+use inbox_host::embedded::{Durability, LocalBroker};
 use inbox_host::inbox::{Handler, Message, Outcome, Runner, RunnerSettings};
 
 use crate::{order, TestDb};
@@ -59,12 +62,37 @@ pub async fn in_process<H: Handler + Send + Sync + 'static>(
 /// an autovacuum it left behind does not land in the next run (whichever mode
 /// that is).
 pub async fn settle(db: &TestDb) {
-    for statement in ["CHECKPOINT", "VACUUM (ANALYZE) inbox_host.inbox, invoices"] {
+    for statement in [
+        "CHECKPOINT",
+        "VACUUM (ANALYZE) inbox_host.inbox, inbox_host.outbox, invoices",
+    ] {
         sqlx::query(statement)
             .execute(&db.pool)
             .await
             .unwrap_or_else(|e| panic!("{statement}: {e}"));
     }
+}
+
+/// Records per round: `BENCH_MESSAGES`, 10,000 by default.
+pub fn messages_per_round() -> usize {
+    std::env::var("BENCH_MESSAGES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(10_000)
+}
+
+/// The runtime a benchmark's `main` runs on.
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
+/// A PostgreSQL with fsync and synchronous commit on, and a local broker.
+pub async fn production_stage() -> (TestDb, LocalBroker) {
+    let db = TestDb::start_with(Durability::Production).await;
+    (db, LocalBroker::start().expect("broker"))
 }
 
 pub fn median(values: &[f64]) -> f64 {

@@ -1,0 +1,168 @@
+//! The release binary against a fresh topic, timed from its first handled
+//! record to its last (the group join is left out), with its CPU and memory.
+
+use std::time::{Duration, Instant};
+
+use inbox_host::embedded::LocalBroker;
+use inbox_host::kafka::{self, OutgoingRecord};
+
+use super::PARTITIONS;
+use crate::host::Host;
+use crate::{plugin, unique, TestDb};
+
+/// What one end-to-end round measured.
+pub struct Round {
+    pub per_second: f64,
+    pub cpu_us_per_message: f64,
+    pub peak_rss_mb: f64,
+}
+
+/// One run of the binary: which plugin, with which flags (after `--plugin`,
+/// `--group` and `--topic`), and whether the round ends only when the relay
+/// has sent one published message per record.
+pub struct Run<'a> {
+    pub plugin: &'a str,
+    pub flags: &'a [&'a str],
+    pub relayed: bool,
+}
+
+/// Runs the binary over `messages` orders on a fresh topic of `PARTITIONS`
+/// partitions.
+pub async fn end_to_end(
+    db: &TestDb,
+    broker: &LocalBroker,
+    run: &Run<'_>,
+    messages: usize,
+) -> Round {
+    let topic = unique("bench");
+    broker.create_topic(&topic, PARTITIONS).expect("topic");
+    let records: Vec<OutgoingRecord> = (0..messages)
+        .map(|i| {
+            let id = format!("{topic}-{i}");
+            OutgoingRecord {
+                topic: topic.clone(),
+                partition: None,
+                key: Some(id.clone().into_bytes()),
+                headers: vec![("message_id".into(), id.clone().into_bytes())],
+                payload: serde_json::json!({ "order_id": id, "amount": 1 })
+                    .to_string()
+                    .into_bytes(),
+            }
+        })
+        .collect();
+    kafka::produce(broker.bootstrap(), &records)
+        .await
+        .expect("produce");
+    let plugin = plugin(run.plugin);
+    let mut args = vec![
+        "--plugin",
+        plugin.to_str().expect("utf-8"),
+        "--group",
+        &topic,
+        "--topic",
+        &topic,
+        "--status-addr",
+        "127.0.0.1:0",
+    ];
+    args.extend_from_slice(run.flags);
+    let mut host = Host::spawn(
+        &args,
+        &[
+            ("KAFKA_BROKERS", broker.bootstrap()),
+            ("DATABASE_URL", &db.url),
+            // The bound /metrics address is only in the app's start-up info line.
+            ("RUST_LOG", "warn,inbox_host::app=info"),
+        ],
+    );
+    // Progress from the host's own counters: a count(*) over the inbox (no
+    // index on the group) every few milliseconds would cost PostgreSQL more
+    // CPU than the host it measures.
+    let handled = |host: &Host| {
+        host.metric_sum("inbox_host_messages_total", "outcome=\"processed\"")
+            .unwrap_or(0.0) as usize
+    };
+    let done = |host: &Host| {
+        let relayed = !run.relayed
+            || host
+                .metric("inbox_host_relay_messages_total")
+                .unwrap_or(0.0) as usize
+                >= messages;
+        relayed && handled(host) >= messages
+    };
+    let deadline = Instant::now() + Duration::from_secs(600);
+    let (first_count, first, cpu_first) = loop {
+        let n = handled(&host);
+        if n > 0 {
+            break (n, Instant::now(), cpu_seconds(host.pid()));
+        }
+        assert!(
+            Instant::now() < deadline && host.is_running(),
+            "no record handled:\n{}",
+            host.log()
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
+    while !done(&host) {
+        assert!(
+            Instant::now() < deadline && host.is_running(),
+            "stalled:\n{}",
+            host.log()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let (last, cpu_last) = (Instant::now(), cpu_seconds(host.pid()));
+    let peak_rss_mb = peak_rss_mb(host.pid());
+    let stored: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM inbox_host.inbox WHERE consumer_group = $1")
+            .bind(&topic)
+            .fetch_one(&db.pool)
+            .await
+            .expect("count");
+    assert_eq!(
+        stored as usize, messages,
+        "the host counted every record processed; the inbox must hold them all"
+    );
+    assert!(host.stop(), "{}", host.log());
+    let counted = (messages - first_count) as f64;
+    Round {
+        per_second: counted / (last - first).as_secs_f64(),
+        cpu_us_per_message: (cpu_last - cpu_first) * 1e6 / counted,
+        peak_rss_mb,
+    }
+}
+
+/// CPU seconds this benchmark process has used so far.
+pub fn own_cpu_seconds() -> f64 {
+    cpu_seconds(std::process::id() as i32)
+}
+
+/// CPU seconds (user + system) the process has used so far.
+pub fn cpu_seconds(pid: i32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command name, which is in parentheses and may hold spaces.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| rest)
+        .unwrap_or("")
+        .split_whitespace()
+        .collect();
+    let ticks: f64 = fields
+        .get(11)
+        .and_then(|u| u.parse::<f64>().ok())
+        .unwrap_or(0.0)
+        + fields
+            .get(12)
+            .and_then(|s| s.parse::<f64>().ok())
+            .unwrap_or(0.0);
+    ticks / 100.0
+}
+
+/// The process's peak resident memory, in MB.
+fn peak_rss_mb(pid: i32) -> f64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        .map_or(0.0, |kb| kb / 1024.0)
+}
