@@ -145,3 +145,83 @@ async fn a_version_failing_half_the_records_is_reported_exactly_and_nothing_is_w
     assert!(table.contains("11 record(s), all rolled back"), "{table}");
     assert_eq!(state_of(&stage).await, before);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn what_a_version_would_publish_is_compared_with_what_the_live_version_published() {
+    const OUT: &str = "invoices-created";
+    let stage = Stage::new(1).await;
+    stage.broker.create_topic(OUT, 2).expect("output topic");
+    stage
+        .produce(
+            (0..6)
+                .map(|n| stage.order(&format!("order-{n}"), n))
+                .collect(),
+        )
+        .await;
+    let live = stage.spawn_host(&plugin("billing-publish"), &["--publish-topic", OUT]);
+    wait_until("the live version done and relayed", LONG, || async {
+        stage.committed(0).await == Some(6)
+            && stage
+                .db
+                .count("SELECT count(*) FROM inbox_host.outbox")
+                .await
+                == 0
+    })
+    .await;
+    drop(live);
+    let shadow = |version: &str| {
+        let version = plugin(version);
+        host::run(
+            &[
+                "shadow",
+                "--plugin",
+                version.to_str().expect("path"),
+                "--group",
+                &stage.group,
+                "--publish-topic",
+                OUT,
+                "--examples",
+                "2",
+            ],
+            &[
+                ("DATABASE_URL", stage.db.url.as_str()),
+                ("KAFKA_BROKERS", stage.broker.bootstrap()),
+                ("INBOX_TOPIC", stage.topic.as_str()),
+            ],
+        )
+    };
+
+    let same = shadow("billing-publish");
+    let (said, logged) = (
+        String::from_utf8_lossy(&same.stdout),
+        String::from_utf8_lossy(&same.stderr),
+    );
+    assert!(same.status.success(), "{said}{logged}");
+    assert!(
+        said.contains(&format!(
+            "publications against the live version's (read back from the last 10000 of each partition of {OUT}): 6 record(s) the same, 0 differ"
+        )),
+        "{said}{logged}"
+    );
+
+    // billing writes the same invoice and publishes nothing.
+    let silent = shadow("billing");
+    let said = String::from_utf8_lossy(&silent.stdout);
+    assert!(
+        said.contains("0 record(s) the same, 6 differ"),
+        "{said}{}",
+        String::from_utf8_lossy(&silent.stderr)
+    );
+    assert!(
+        said.contains("order-0: publishes 0 message(s), the live version published 1"),
+        "{said}"
+    );
+    assert_eq!(
+        stage
+            .db
+            .count("SELECT count(*) FROM inbox_host.outbox")
+            .await,
+        0,
+        "a shadow run never stages a message"
+    );
+}

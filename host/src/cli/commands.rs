@@ -53,13 +53,18 @@ pub struct ShadowArgs {
     #[arg(long)]
     pub json: bool,
     /// Topics the version may publish to, as for `run`: what it would publish
-    /// is counted per topic and never sent.
+    /// is counted per topic, never sent, and compared with what the live
+    /// version published there.
     #[arg(
         long = "publish-topic",
         env = "INBOX_PUBLISH_TOPIC",
         value_delimiter = ','
     )]
     pub publish_topics: Vec<String>,
+    /// Look for the live version's messages among the last N records of each
+    /// partition of the publish topics.
+    #[arg(long, default_value_t = 10_000)]
+    pub publications_last: i64,
     #[command(flatten)]
     pub compile_cache: CompileCacheArg,
 }

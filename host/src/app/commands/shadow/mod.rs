@@ -1,6 +1,9 @@
 //! `inbox-host shadow`: a new plugin version tried on the group's recent
 //! records, each in a transaction that is always rolled back, outside the
-//! group, and compared with what the live version did with the same record.
+//! group, and compared with what the live version did with the same record,
+//! down to the messages it published.
+
+mod publications;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -9,17 +12,19 @@ use anyhow::{bail, Context};
 use serde_json::json;
 
 use crate::cli::ShadowArgs;
-use crate::inbox::{self, LiveFate, Message, Outcome, Runner, RunnerSettings};
+use crate::inbox::{self, LiveFate, Message, Outcome, Outgoing, Runner, RunnerSettings};
 use crate::kafka::{self, IdSources, Start};
 use crate::plugin::{PublishLimits, Runtime, SandboxLimits};
 
 /// How long reading the records may take in all.
 const READ_WITHIN: Duration = Duration::from_secs(120);
 
-/// One record tried: where it was, how the new version did, what the live one did.
+/// One record tried: where it was, how the new version did and what it would
+/// publish, what the live one did.
 struct Tried {
     message: Message,
     outcome: Outcome,
+    outgoing: Vec<Outgoing>,
     live: LiveFate,
 }
 
@@ -49,9 +54,9 @@ pub async fn shadow(args: ShadowArgs) -> anyhow::Result<()> {
         Some(offset) => Start::Offset(offset),
         None => Start::Last(args.last),
     };
-    let (brokers, topics) = (args.brokers.clone(), args.topics.clone());
+    let (brokers, topics, options) = (args.brokers.clone(), args.topics.clone(), extra.clone());
     let records = tokio::task::spawn_blocking(move || {
-        kafka::read_recent(&brokers, &extra, &topics, &ids, start, READ_WITHIN)
+        kafka::read_recent(&brokers, &options, &topics, &ids, start, READ_WITHIN)
     })
     .await?
     .with_context(|| {
@@ -74,33 +79,61 @@ pub async fn shadow(args: ShadowArgs) -> anyhow::Result<()> {
     let mut would_publish = WouldPublish::new();
     for record in records {
         let (message, unusable) = crate::app::consume::message_of(record);
-        let outcome = match unusable {
-            Some(why) => Outcome::Failed(inbox::HandlerError::new(
-                inbox::FailureKind::HandlerError,
-                false,
-                format!("unusable record: {why}"),
-            )),
-            None => {
-                let (outcome, outgoing) = runner.rehearse(&message, &plugin).await;
-                for o in outgoing {
-                    *would_publish.entry(o.topic).or_default() += 1;
-                }
-                outcome
-            }
+        let (outcome, outgoing) = match unusable {
+            Some(why) => (
+                Outcome::Failed(inbox::HandlerError::new(
+                    inbox::FailureKind::HandlerError,
+                    false,
+                    format!("unusable record: {why}"),
+                )),
+                Vec::new(),
+            ),
+            None => runner.rehearse(&message, &plugin).await,
         };
-        tried.push((message, outcome));
-    }
-    let messages: Vec<&Message> = tried.iter().map(|(m, _)| m).collect();
-    let fates = inbox::live_fates(&pool, &args.group, &messages).await?;
-    let tried: Vec<Tried> = tried
-        .into_iter()
-        .zip(fates)
-        .map(|((message, outcome), live)| Tried {
+        for o in &outgoing {
+            *would_publish.entry(o.topic.clone()).or_default() += 1;
+        }
+        tried.push(Tried {
             message,
             outcome,
-            live,
+            outgoing,
+            live: LiveFate::NotYet,
+        });
+    }
+    let messages: Vec<&Message> = tried.iter().map(|t| &t.message).collect();
+    let fates = inbox::live_fates(&pool, &args.group, &messages).await?;
+    for (t, live) in tried.iter_mut().zip(fates) {
+        t.live = live;
+    }
+    // Records both versions handled: what they publish can be compared.
+    let candidates: Vec<publications::Candidate> = tried
+        .iter()
+        .filter(|t| t.live == LiveFate::Processed && t.outcome.committed())
+        .map(|t| publications::Candidate {
+            message: &t.message,
+            outgoing: t.outgoing.clone(),
         })
         .collect();
+    let live_topics = publications::LiveTopics {
+        brokers: &args.brokers,
+        extra: &extra,
+        topics: &args.publish_topics,
+        last: args.publications_last,
+        within: READ_WITHIN,
+    };
+    let compared = if args.publish_topics.is_empty() {
+        None
+    } else {
+        let compared = publications::compare(&args.group, &live_topics, &candidates)
+            .await
+            .with_context(|| {
+                format!(
+                    "reading what the live version published to {}",
+                    args.publish_topics.join(", ")
+                )
+            })?;
+        Some(compared)
+    };
     let regressions = tried
         .iter()
         .filter(|t| t.live == LiveFate::Processed && !t.outcome.committed())
@@ -109,10 +142,16 @@ pub async fn shadow(args: ShadowArgs) -> anyhow::Result<()> {
     if args.json {
         let mut report = report_json(&digest, &tried, regressions, args.examples);
         report["would_publish"] = json!(would_publish);
+        if let Some(compared) = &compared {
+            report["publications"] = compared.to_json(args.examples);
+        }
         println!("{report}");
     } else {
         print_report(&digest, &args.group, &tried, regressions, args.examples);
         print_would_publish(&would_publish);
+        if let Some(compared) = &compared {
+            compared.print(&live_topics, args.examples);
+        }
     }
     if regressions > 0 {
         bail!(
