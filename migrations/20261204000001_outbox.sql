@@ -27,7 +27,10 @@ CREATE TABLE inbox_host.outbox (
 
 -- Wakes the relay (LISTEN inbox_host_outbox) when the inserting transaction
 -- commits; once per statement, and PostgreSQL folds equal notifications of one
--- transaction into one.
+-- transaction into one. Not for the host's own inserts: a NOTIFY takes a
+-- database-wide lock from its transaction's commit until the commit is flushed,
+-- which would serialise the commits of every partition worker; the host wakes
+-- the relay itself after the commit (host/src/app/relay.rs).
 CREATE FUNCTION inbox_host.outbox_notify() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     PERFORM pg_notify('inbox_host_outbox', '');
@@ -36,4 +39,6 @@ END
 $$;
 
 CREATE TRIGGER outbox_notify AFTER INSERT ON inbox_host.outbox
-    FOR EACH STATEMENT EXECUTE FUNCTION inbox_host.outbox_notify();
+    FOR EACH STATEMENT
+    WHEN (pg_catalog.current_setting('inbox_host.wakes_relay_itself', true) IS DISTINCT FROM 'on')
+    EXECUTE FUNCTION inbox_host.outbox_notify();

@@ -126,25 +126,31 @@ async fn a_published_message_arrives_after_commit_with_a_derived_id_its_cause_an
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_handler_that_fails_after_publishing_publishes_nothing() {
+async fn a_handler_that_fails_or_traps_after_publishing_publishes_nothing() {
     let stage = stage_with_output().await;
     let failing = stage.record(
         "o-fails",
         Some(0),
         r#"{"order_id": "o-fails", "amount": 1, "fail_after_publish": true}"#,
     );
+    let trapping = stage.record(
+        "o-traps",
+        Some(0),
+        r#"{"order_id": "o-traps", "amount": 1, "trap_after_publish": true}"#,
+    );
     stage
         .produce(vec![
             failing,
+            trapping,
             stage.record("o-next", Some(0), r#"{"order_id": "o-next", "amount": 2}"#),
         ])
         .await;
     let _host = spawn_publisher(&stage, &["--max-attempts", "2"]);
 
-    // The record after it is handled only once the failing one is set aside.
+    // The record after them is handled only once both are set aside.
     let published = read_when(&stage, OUT, 1).await;
-    wait_until("both records done", LONG, || async {
-        stage.committed(0).await == Some(2)
+    wait_until("all three records done", LONG, || async {
+        stage.committed(0).await == Some(3)
     })
     .await;
     let published_now = stage.read_partition(OUT).await;
@@ -157,16 +163,16 @@ async fn a_handler_that_fails_after_publishing_publishes_nothing() {
     assert_eq!(
         stage
             .db
-            .count("SELECT count(*) FROM invoices WHERE order_id = 'o-fails'")
+            .count("SELECT count(*) FROM invoices WHERE order_id IN ('o-fails', 'o-traps')")
             .await,
         0
     );
     assert_eq!(
         stage
             .db
-            .count("SELECT count(*) FROM inbox_host.dead_letters WHERE message_id = 'o-fails'")
+            .count("SELECT count(*) FROM inbox_host.dead_letters WHERE message_id IN ('o-fails', 'o-traps')")
             .await,
-        1
+        2
     );
 }
 

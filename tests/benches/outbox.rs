@@ -21,7 +21,7 @@ use inbox_host_tests::bench::e2e::{end_to_end, Run};
 use inbox_host_tests::bench::{self, median, settle, PARTITIONS};
 use inbox_host_tests::TestDb;
 
-const ROUNDS: usize = 3;
+const ROUNDS: usize = 5;
 /// The topic billing-publish announces invoices on.
 const OUT: &str = "invoices-created";
 /// A Kafka header as a [`Publication`] takes it.

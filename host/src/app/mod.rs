@@ -103,6 +103,12 @@ pub async fn run(settings: RunSettings, shutdown: impl Future<Output = ()>) -> a
         outbox.clone(),
         settings.limits.max_outbox_backlog,
     ));
+    let _wake_elsewhere = (!settings.sandbox.publish.topics.is_empty()).then(|| {
+        tokio::spawn(relay::notify_elsewhere_forever(
+            pool.clone(),
+            outbox.clone(),
+        ))
+    });
     let _relay = relay_publisher.map(|publisher| {
         tokio::spawn(relay::relay_forever(
             pool.clone(),

@@ -6,6 +6,13 @@
 //! when that session ends. One sender keeps each key's order without dividing
 //! anything; docs/semantics.md says why this beats dividing keys, and what one
 //! relay sends per second.
+//!
+//! How a relay learns of new rows: the host wakes its own relay in process
+//! after a commit ([`RelayStatus::committed`]), and sends one `NOTIFY` after
+//! the commit when another process relays; rows an application inserts notify
+//! through the table's trigger. The host's own inserts skip that trigger: a
+//! `NOTIFY` inside a transaction takes a database-wide lock at commit, which
+//! would serialise the commits of all partition workers.
 
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -13,6 +20,7 @@ use std::time::Duration;
 
 use sqlx::postgres::{PgListener, PgPool};
 use sqlx::{Connection, PgConnection};
+use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::inbox::{self, OutboxRow};
@@ -45,12 +53,28 @@ pub struct RelayStatus {
     failing: Mutex<Option<(Instant, String)>>,
     /// Since when the current round's messages have been waiting for the broker.
     sending: Mutex<Option<Instant>>,
+    /// Rows committed by this process, for its relay while it leads.
+    wake: Notify,
+    /// Rows committed by this process, for the relay of another process.
+    wake_elsewhere: Notify,
 }
 
 /// The most rows counted when measuring the backlog.
 pub const BACKLOG_CAP: i64 = 10_000_000;
 
 impl RelayStatus {
+    /// Says that a transaction of this process that may have written outbox
+    /// rows committed: wakes this process's relay while it leads, otherwise
+    /// asks [`notify_elsewhere_forever`] for a `NOTIFY`. Costs an atomic load
+    /// and a stored permit; many calls before the wake-up make one.
+    pub fn committed(&self) {
+        if self.leading.load(Ordering::Relaxed) {
+            self.wake.notify_one();
+        } else {
+            self.wake_elsewhere.notify_one();
+        }
+    }
+
     /// How long the relay has not been able to send, and why: its last error,
     /// or a round of messages the broker has not acknowledged for `waited` (the
     /// producer retries through a broker outage without failing them); `None`
@@ -139,8 +163,12 @@ async fn lead(
         let rows = inbox::pending_outgoing(&mut conn, BATCH).await?;
         if rows.is_empty() {
             status.succeeded();
-            // Woken by a commit that wrote rows, or by the backstop poll.
-            let _ = tokio::time::timeout(IDLE_POLL, listener.try_recv()).await;
+            // Woken by this process's commit, another's NOTIFY, or the backstop poll.
+            tokio::select! {
+                () = status.wake.notified() => {}
+                _ = listener.try_recv() => {}
+                () = tokio::time::sleep(IDLE_POLL) => {}
+            }
             continue;
         }
         status.sending(Some(Instant::now()));
@@ -208,6 +236,23 @@ async fn send(publisher: &Publisher, rows: &[OutboxRow]) -> Sent {
         }
     }
     sent
+}
+
+/// Sends `NOTIFY inbox_host_outbox` after this process committed outbox rows
+/// while another process relays (one at a time: the calls that come while one
+/// is on its way make one more).
+pub async fn notify_elsewhere_forever(pool: PgPool, status: Arc<RelayStatus>) {
+    loop {
+        status.wake_elsewhere.notified().await;
+        let notified = sqlx::query("SELECT pg_catalog.pg_notify($1, '')")
+            .bind(inbox::OUTBOX_CHANNEL)
+            .execute(&pool)
+            .await;
+        if let Err(e) = notified {
+            // The relay's backstop poll finds the rows within a second anyway.
+            tracing::debug!(error = %e, "waking the outbox relay of another process failed");
+        }
+    }
 }
 
 /// Measures the backlog every second into `status` (every host, leading or not:

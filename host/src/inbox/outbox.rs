@@ -103,9 +103,14 @@ pub(super) async fn stage(
             ids.push(outgoing_message_id(group, &message.message_id, position));
         }
     }
-    sqlx::query("SELECT pg_catalog.set_config('role', 'none', true)")
-        .execute(&mut *conn)
-        .await?;
+    // The host's own role for its table, and no NOTIFY from the table's
+    // trigger: the host wakes the relay after the commit (app/relay.rs).
+    sqlx::query(
+        "SELECT pg_catalog.set_config('role', 'none', true),
+                pg_catalog.set_config('inbox_host.wakes_relay_itself', 'on', true)",
+    )
+    .execute(&mut *conn)
+    .await?;
     sqlx::query(
         "INSERT INTO inbox_host.outbox (topic, message_key, payload, headers, message_id, consumer_group)
          SELECT o.topic, o.k, o.v, o.h, o.id, $6

@@ -5,7 +5,8 @@
 //! Test knobs in the order: `"publish_to": "<topic>"` publishes there instead;
 //! `"key": "<k>"` keys the message by k instead; `"copies": n` publishes n
 //! messages; `"fail_after_publish": true` returns a retryable error after
-//! writing and publishing (everything rolls back).
+//! writing and publishing, `"trap_after_publish": true` traps there (either way
+//! everything rolls back).
 use inbox_guest::{publish, Db, Event, HandlerError, Outgoing};
 use serde::Deserialize;
 
@@ -19,6 +20,8 @@ struct Knobs {
     copies: Option<u32>,
     #[serde(default)]
     fail_after_publish: bool,
+    #[serde(default)]
+    trap_after_publish: bool,
 }
 
 inbox_guest::handler!(handle);
@@ -39,6 +42,9 @@ fn handle(event: &Event, db: &Db) -> Result<(), HandlerError> {
                 .key(key)
                 .header("event-type", "invoice-created"),
         )?;
+    }
+    if knobs.trap_after_publish {
+        panic!("trapping after writing the invoice and publishing invoice-created");
     }
     if knobs.fail_after_publish {
         return Err(HandlerError::retryable(

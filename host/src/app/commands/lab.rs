@@ -206,10 +206,11 @@ impl Stage {
             broker.create_topic(&output, 1)?;
         }
         self.publish(&topic, &id, 1).await?;
+        let status = Arc::new(RelayStatus::default());
         let relay = tokio::spawn(relay::relay_forever(
             self.pool.clone(),
             Publisher::for_relay(&self.brokers, &[])?,
-            Arc::new(RelayStatus::default()),
+            status.clone(),
         ));
         let failing = Arc::new(NativeBilling {
             fail_after_write: true,
@@ -234,6 +235,7 @@ impl Stage {
             .consume_once(&topic, &group, Strategy::ExactlyOnceInbox, fixed)
             .await?
             .context("the second consumer received nothing")?;
+        status.committed();
         let waiting_since = tokio::time::Instant::now();
         while self.published(&output).await < 1 && waiting_since.elapsed() < RELAY_WAIT {
             tokio::time::sleep(std::time::Duration::from_millis(50)).await;

@@ -235,6 +235,9 @@ impl<S: HandlerSource> Worker<S> {
             .count();
         self.in_flight = usable;
         let (done, retry) = self.run_batch(usable).await;
+        if let Some(outbox) = self.shared.outbox.as_ref().filter(|_| done > 0) {
+            outbox.committed();
+        }
         self.in_flight = 0;
         if let Some(metrics) = &self.shared.metrics {
             for pending in self.pending.range(..done) {
