@@ -200,12 +200,22 @@ pub const OUTBOX_CHANNEL: &str = "inbox_host_outbox";
 /// The advisory lock the one relay sending at a time holds ("outbox_r" in ASCII).
 const RELAY_LOCK: i64 = 0x6f75_7462_6f78_5f72;
 
-/// Takes the relay lock on this session if no other session holds it.
+/// Takes the relay lock on this session if no other session holds it, and
+/// lets the session's deletes commit without waiting for the disk: a delete
+/// lost in a crash only sends its rows again with the same ids, which a
+/// downstream inbox drops, so the relay need not compete with the consume
+/// side's commits for WAL flushes.
 pub async fn try_lock_relay(conn: &mut PgConnection) -> Result<bool, sqlx::Error> {
-    sqlx::query_scalar("SELECT pg_try_advisory_lock($1)")
+    let locked = sqlx::query_scalar("SELECT pg_try_advisory_lock($1)")
         .bind(RELAY_LOCK)
-        .fetch_one(conn)
-        .await
+        .fetch_one(&mut *conn)
+        .await?;
+    if locked {
+        sqlx::query("SELECT pg_catalog.set_config('synchronous_commit', 'off', false)")
+            .execute(conn)
+            .await?;
+    }
+    Ok(locked)
 }
 
 #[cfg(test)]
