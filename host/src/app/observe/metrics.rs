@@ -1,23 +1,22 @@
 //! What the host counts and measures, in Prometheus' data model: counters and
 //! histograms updated as records are handled, and values sampled at each
-//! scrape (lag, pool, plugin). Names follow Prometheus' conventions; each has
-//! its HELP text; docs/operations.md lists them.
+//! scrape (`sampled.rs`: lag, pool, plugin, relay). Names follow Prometheus'
+//! conventions; each has its HELP text; docs/operations.md lists them.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
-use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
-use prometheus_client::metrics::counter::{ConstCounter, Counter};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
-use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 use sqlx::PgPool;
 
 use super::progress::Partitions;
+use super::sampled::Sampled;
 use crate::app::delivery::Verdict;
 use crate::app::relay::RelayStatus;
 use crate::inbox::{FailureKind, Outcome};
@@ -63,16 +62,6 @@ pub struct Totals {
     pub set_aside: u64,
     pub lag: i64,
     pub partitions: usize,
-}
-
-/// What is read, not counted, at each scrape.
-#[derive(Default)]
-struct Sampled {
-    partitions: Arc<Partitions>,
-    pool: OnceLock<PgPool>,
-    plugin: OnceLock<PluginCell>,
-    group: OnceLock<GroupHealth>,
-    relay: OnceLock<Arc<RelayStatus>>,
 }
 
 impl Default for Metrics {
@@ -283,95 +272,6 @@ fn build_info() -> Family<Vec<(&'static str, String)>, Gauge> {
     family
 }
 
-impl std::fmt::Debug for Sampled {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Sampled")
-    }
-}
-
-impl Collector for Sampled {
-    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        let views = self.partitions.views();
-        gauge(
-            &mut encoder,
-            "inbox_host_assigned_partitions",
-            "Partitions assigned to this host.",
-            [(Vec::new(), views.len() as i64)],
-        )?;
-        gauge(
-            &mut encoder,
-            "inbox_host_consumer_lag",
-            "Records produced to a partition and not yet handled (high watermark minus the next offset to handle), as of librdkafka's last statistics (5 s).",
-            views.iter().filter_map(|v| {
-                v.lag.map(|lag| (partition_labels(&v.topic, v.partition), lag))
-            }),
-        )?;
-        gauge(
-            &mut encoder,
-            "inbox_host_held_record_attempts",
-            "Failed attempts of the record a partition holds for retry (0: none held).",
-            views.iter().map(|v| {
-                (
-                    partition_labels(&v.topic, v.partition),
-                    i64::from(v.held_attempts),
-                )
-            }),
-        )?;
-        if let Some(pool) = self.pool.get() {
-            let idle = pool.num_idle() as i64;
-            gauge(
-                &mut encoder,
-                "inbox_host_db_connections",
-                "Database pool connections by state.",
-                [
-                    (vec![("state", "idle".to_string())], idle),
-                    (
-                        vec![("state", "in_use".to_string())],
-                        i64::from(pool.size()) - idle,
-                    ),
-                ],
-            )?;
-        }
-        if let Some(cell) = self.plugin.get() {
-            let counts = cell.counts();
-            let current = cell.current();
-            counter(
-                &mut encoder,
-                "inbox_host_plugin_swaps",
-                "Plugin versions swapped in after start.",
-                counts.swaps,
-            )?;
-            counter(
-                &mut encoder,
-                "inbox_host_plugin_rejections",
-                "New plugin versions rejected (the active one kept running).",
-                counts.rejections,
-            )?;
-            counter(
-                &mut encoder,
-                "inbox_host_plugin_reload_checks",
-                "Times the plugin file was checked for a new version (a file event or SIGHUP), whatever was found.",
-                counts.checks,
-            )?;
-            let mut info = encoder.encode_descriptor(
-                "inbox_host_plugin",
-                "The active plugin version (value 1).",
-                None,
-                MetricType::Gauge,
-            )?;
-            ConstGauge::new(1i64)
-                .encode(info.encode_family(&vec![("digest", current.digest().to_string())])?)?;
-            let seconds = current.runtime().guest_run_time().as_secs_f64();
-            let guest = encoder.encode_descriptor("inbox_host_guest_run_seconds", "Time guests ran (wasm and WASI calls, not waits on queries), all messages together.", None, MetricType::Counter)?;
-            ConstCounter::new(seconds).encode(guest)?;
-        }
-        if let Some(relay) = self.relay.get() {
-            super::relay_metrics::encode(relay, &mut encoder)?;
-        }
-        Ok(())
-    }
-}
-
 /// OpenMetrics text as Prometheus text 0.0.4: the two differ, for what this
 /// host exposes, only in that a counter's family is named with its `_total`
 /// suffix, and in the `# UNIT` and `# EOF` lines.
@@ -406,40 +306,6 @@ fn prometheus_text(openmetrics: &str) -> String {
         }
     }
     out
-}
-
-fn partition_labels(topic: &str, partition: i32) -> Vec<(&'static str, String)> {
-    vec![
-        ("topic", topic.to_string()),
-        ("partition", partition.to_string()),
-    ]
-}
-
-pub(super) fn gauge(
-    encoder: &mut DescriptorEncoder,
-    name: &str,
-    help: &str,
-    samples: impl IntoIterator<Item = (Vec<(&'static str, String)>, i64)>,
-) -> Result<(), std::fmt::Error> {
-    let mut family = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
-    for (labels, value) in samples {
-        if labels.is_empty() {
-            // One unlabelled sample (an empty label set would print `{}`).
-            return ConstGauge::new(value).encode(family);
-        }
-        ConstGauge::new(value).encode(family.encode_family(&labels)?)?;
-    }
-    Ok(())
-}
-
-pub(super) fn counter(
-    encoder: &mut DescriptorEncoder,
-    name: &str,
-    help: &str,
-    value: u64,
-) -> Result<(), std::fmt::Error> {
-    let family = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
-    ConstCounter::new(value).encode(family)
 }
 
 #[cfg(test)]

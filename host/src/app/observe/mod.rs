@@ -6,6 +6,7 @@
 mod metrics;
 mod progress;
 mod relay_metrics;
+mod sampled;
 mod status;
 mod traces;
 
