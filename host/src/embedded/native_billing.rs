@@ -61,11 +61,13 @@ impl Handler for NativeBilling {
             })
             .collect();
         let inserted = sqlx::query(
-            "INSERT INTO invoices (order_id, amount, message_id, marker) VALUES ($1, $2::float8, $3, 'native')",
+            // billing.wasm's statement, its four parameters bound the same way.
+            "INSERT INTO invoices (order_id, amount, message_id, marker) VALUES ($1, $2, $3, $4)",
         )
         .bind(order_id)
         .bind(order.amount)
         .bind(&message.message_id)
+        .bind("native")
         .execute(&mut *tx)
         .await;
         let verdict = match inserted {

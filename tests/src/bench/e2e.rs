@@ -154,7 +154,22 @@ pub fn cpu_seconds(pid: i32) -> f64 {
             .get(12)
             .and_then(|s| s.parse::<f64>().ok())
             .unwrap_or(0.0);
-    ticks / 100.0
+    ticks / clock_ticks()
+}
+
+/// Clock ticks per second, the unit of /proc's CPU times (`getconf CLK_TCK`;
+/// 100 on Linux unless the kernel says otherwise).
+fn clock_ticks() -> f64 {
+    static TICKS: std::sync::LazyLock<f64> = std::sync::LazyLock::new(|| {
+        std::process::Command::new("getconf")
+            .arg("CLK_TCK")
+            .output()
+            .ok()
+            .and_then(|o| String::from_utf8(o.stdout).ok())
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(100.0)
+    });
+    *TICKS
 }
 
 /// The process's peak resident memory, in MB.
