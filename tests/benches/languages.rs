@@ -3,7 +3,8 @@
 //! per message in batch mode through the runner (no Kafka), with a fresh
 //! instance per message (the default) and with `--reuse-instance`. The
 //! overhead column is the extra time per message over Rust at the same
-//! setting (1/rate − 1/rate of Rust). Rounds alternate; medians.
+//! setting (1/rate − 1/rate of Rust). Each round starts with another language
+//! and swaps fresh and reused; every run on a settled database; medians.
 //!
 //! Part of `cargo bench -p inbox-host-tests` (`scripts/bench`); the Python and
 //! JavaScript plugins are built by `inbox-host build` (the release binary).
@@ -15,7 +16,7 @@ use std::time::Instant;
 
 use inbox_host::embedded::Durability;
 use inbox_host::plugin::{Plugin, Runtime, SandboxLimits};
-use inbox_host_tests::bench::{self, in_process, median};
+use inbox_host_tests::bench::{self, in_process, median, settle};
 use inbox_host_tests::{guest_plugin, plugin, TestDb};
 
 const ROUNDS: usize = 3;
@@ -66,11 +67,20 @@ fn main() {
             reused.push((Arc::new(load_ms(&language.path, cache.path(), true).await.1), Vec::new()));
         }
         for round in 0..ROUNDS {
-            for (l, _) in languages.iter().enumerate() {
-                let rate = in_process(&db, &fresh[l].0, BATCH_MAX, CONCURRENCY, messages, &format!("f{round}-{l}")).await;
-                fresh[l].1.push(rate);
-                let rate = in_process(&db, &reused[l].0, BATCH_MAX, CONCURRENCY, messages, &format!("r{round}-{l}")).await;
-                reused[l].1.push(rate);
+            // Each round starts with another language and swaps fresh and
+            // reused, every run on a settled database, so a slow stretch of
+            // the machine or a checkpoint does not land on one side.
+            for l in (0..languages.len()).map(|l| (l + round) % languages.len()) {
+                for reuse in [round % 2 == 1, round % 2 == 0] {
+                    settle(&db).await;
+                    let (slot, tag) = if reuse {
+                        (&mut reused[l], format!("r{round}-{l}"))
+                    } else {
+                        (&mut fresh[l], format!("f{round}-{l}"))
+                    };
+                    let rate = in_process(&db, &slot.0, BATCH_MAX, CONCURRENCY, messages, &tag).await;
+                    slot.1.push(rate);
+                }
             }
             eprintln!("round {} of {ROUNDS} done", round + 1);
         }
