@@ -96,14 +96,15 @@ pub async fn run(settings: RunSettings, shutdown: impl Future<Output = ()>) -> a
         }
         None => None,
     };
-    let outbox = std::sync::Arc::new(relay::RelayStatus::default());
+    let publishes = !settings.sandbox.publish.topics.is_empty();
+    let outbox = std::sync::Arc::new(relay::RelayStatus::for_host(publishes));
     metrics.watch_relay(outbox.clone());
     let _backlog = tokio::spawn(relay::measure_backlog_forever(
         pool.clone(),
         outbox.clone(),
         settings.limits.max_outbox_backlog,
     ));
-    let _wake_elsewhere = (!settings.sandbox.publish.topics.is_empty()).then(|| {
+    let _wake_elsewhere = publishes.then(|| {
         tokio::spawn(relay::notify_elsewhere_forever(
             pool.clone(),
             outbox.clone(),

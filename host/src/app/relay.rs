@@ -53,6 +53,9 @@ pub struct RelayStatus {
     failing: Mutex<Option<(Instant, String)>>,
     /// Since when the current round's messages have been waiting for the broker.
     sending: Mutex<Option<Instant>>,
+    /// Whether this process's handlers may publish (`--publish-topic`): if
+    /// not, its commits never write outbox rows and wake no relay.
+    stages_rows: bool,
     /// Rows committed by this process, for its relay while it leads.
     wake: Notify,
     /// Rows committed by this process, for the relay of another process.
@@ -63,11 +66,23 @@ pub struct RelayStatus {
 pub const BACKLOG_CAP: i64 = 10_000_000;
 
 impl RelayStatus {
+    /// The status of a host whose handlers may (`stages_rows`) or may not
+    /// publish.
+    pub fn for_host(stages_rows: bool) -> Self {
+        Self {
+            stages_rows,
+            ..Self::default()
+        }
+    }
+
     /// Says that a transaction of this process that may have written outbox
     /// rows committed: wakes this process's relay while it leads, otherwise
     /// asks [`notify_elsewhere_forever`] for a `NOTIFY`. Costs an atomic load
     /// and a stored permit; many calls before the wake-up make one.
     pub fn committed(&self) {
+        if !self.stages_rows {
+            return;
+        }
         if self.leading.load(Ordering::Relaxed) {
             self.wake.notify_one();
         } else {

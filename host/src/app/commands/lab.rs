@@ -206,7 +206,7 @@ impl Stage {
             broker.create_topic(&output, 1)?;
         }
         self.publish(&topic, &id, 1).await?;
-        let status = Arc::new(RelayStatus::default());
+        let status = Arc::new(RelayStatus::for_host(true));
         let relay = tokio::spawn(relay::relay_forever(
             self.pool.clone(),
             Publisher::for_relay(&self.brokers, &[])?,
