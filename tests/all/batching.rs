@@ -9,6 +9,7 @@ use crate::inbox_core::{load, runner};
 fn statement(id: &str, offset: i64, sql: &str) -> Message {
     Message {
         offset,
+        timestamp_ms: None,
         payload: sql.as_bytes().to_vec(),
         ..order(id, 0)
     }
@@ -127,6 +128,7 @@ async fn a_row_held_by_another_transaction_in_a_batch_runs_no_handler_for_it_and
     let messages: Vec<Message> = (0..3)
         .map(|n| Message {
             offset: n,
+            timestamp_ms: None,
             ..order(&format!("o-{n}"), 10)
         })
         .collect();

@@ -7,6 +7,7 @@ mod dead_letters;
 mod hostile;
 mod hot_swap;
 mod inbox_core;
+mod inbox_partitions;
 mod kafka_runner;
 mod languages;
 mod liveness;

@@ -80,6 +80,8 @@ async fn records_of_an_older_host_in_public_move_to_the_hosts_schema_once() {
         app.run(&db.pool).await.is_err(),
         "the old layout should break the application's migrate"
     );
+    db.execute("SELECT inbox_host.inbox_prepare('g', now(), now())")
+        .await;
     db.execute("INSERT INTO inbox_host.inbox (message_id, consumer_group, worker_id, plugin_digest, topic, kafka_partition, kafka_offset) VALUES ('kept', 'g', 'w', 'd', 't', 0, 0)").await;
 
     inbox::migrate(&db.pool)

@@ -99,6 +99,7 @@ fn customer_order(stage: &Stage, key: usize, seq: usize) -> OutgoingRecord {
     OutgoingRecord {
         topic: stage.topic.clone(),
         partition: None,
+        timestamp_ms: None,
         key: Some(format!("c{key}").into_bytes()),
         headers: vec![("message_id".into(), id.clone().into_bytes())],
         payload: payload.to_string().into_bytes(),

@@ -36,8 +36,8 @@ fn main() {
         broker.create_topic(OUT, PARTITIONS).expect("output topic");
         println!("inbox-host outbox: {PARTITIONS} partitions in and out, {messages} records x {ROUNDS} rounds, medians");
         println!("PostgreSQL with fsync and synchronous commit on; the host is the release binary\n");
-        let inbox_only = Run { plugin: "billing", flags: &[], relayed: false };
-        let publishing = Run { plugin: "billing-publish", flags: &["--publish-topic", OUT], relayed: true };
+        let inbox_only = Run { plugin: "billing", flags: &[], relayed: false, group: None };
+        let publishing = Run { plugin: "billing-publish", flags: &["--publish-topic", OUT], relayed: true, group: None };
         let (mut plain, mut published) = (Vec::new(), Vec::new());
         let (mut relayed, mut produced) = (Vec::new(), Vec::new());
         for round in 0..ROUNDS {
@@ -156,6 +156,7 @@ async fn produce_alone(broker: &LocalBroker, messages: usize) -> f64 {
                 key: Some(key.as_bytes()),
                 headers,
                 payload: Some(value.as_bytes()),
+                timestamp_ms: None,
             })
             .collect();
         for sent in publisher.publish_all(&publications).await {

@@ -182,6 +182,7 @@ async fn in_mode(db: &TestDb, broker: &LocalBroker, mode: &Mode, messages: usize
         plugin: "billing",
         flags: &flags,
         relayed: false,
+        group: None,
     };
     end_to_end(db, broker, &run, messages).await
 }

@@ -172,6 +172,9 @@ impl TestDb {
         message_id: &str,
         offset: i64,
     ) -> sqlx::Transaction<'static, sqlx::Postgres> {
+        inbox::prepare_partitions(&self.pool, "billing", inbox::PREPARED_BEHIND)
+            .await
+            .expect("the group's partitions");
         let mut zombie = self.pool.begin().await.expect("begin");
         sqlx::query(
             "INSERT INTO inbox_host.inbox (message_id, consumer_group, worker_id, plugin_digest, topic, kafka_partition, kafka_offset)
@@ -226,6 +229,7 @@ pub fn order(id: &str, amount: i64) -> Message {
         topic: "orders".into(),
         partition: 0,
         offset: 0,
+        timestamp_ms: None,
         key: Some(id.as_bytes().to_vec()),
         headers: vec![],
         payload: serde_json::json!({ "order_id": id, "amount": amount })

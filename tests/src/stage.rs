@@ -90,6 +90,7 @@ impl Stage {
         OutgoingRecord {
             topic: self.topic.clone(),
             partition,
+            timestamp_ms: None,
             key: Some(id.as_bytes().to_vec()),
             headers: vec![("message_id".into(), id.as_bytes().to_vec())],
             payload: payload.into(),

@@ -81,21 +81,24 @@ pub async fn run(settings: RunSettings, shutdown: impl Future<Output = ()>) -> a
     );
     let _reloads = spawn_hot_swap(&settings.plugin, &runtime, &cell, hangups);
 
-    let _pruning = match settings.inbox_retention {
-        Some(keep) => {
-            let (brokers, topics) = (
-                settings.consumer.brokers.clone(),
-                settings.consumer.topics.clone(),
-            );
-            tokio::spawn(async move { retention::check_window(&brokers, &topics, keep).await });
-            Some(tokio::spawn(retention::prune_forever(
-                pool.clone(),
-                settings.runner.group.clone(),
-                keep,
-            )))
-        }
-        None => None,
+    if let Some(keep) = settings.inbox_retention {
+        let (brokers, topics) = (
+            settings.consumer.brokers.clone(),
+            settings.consumer.topics.clone(),
+        );
+        tokio::spawn(async move { retention::check_window(&brokers, &topics, keep).await });
+    }
+    let keep = retention::Keep {
+        inbox: settings.inbox_retention,
+        dead_letters: settings.dead_letter_retention,
     };
+    // The first round before joining, so the first claims find their partitions.
+    retention::upkeep(&pool, &settings.runner.group, keep).await;
+    let _upkeep = tokio::spawn(retention::upkeep_forever(
+        pool.clone(),
+        settings.runner.group.clone(),
+        keep,
+    ));
     let publishes = !settings.sandbox.publish.topics.is_empty();
     let outbox = std::sync::Arc::new(relay::RelayStatus::for_host(publishes));
     metrics.watch_relay(outbox.clone());

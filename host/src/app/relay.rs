@@ -234,6 +234,7 @@ async fn send(publisher: &Publisher, rows: &[OutboxRow]) -> Sent {
             key: row.message_key.as_deref(),
             headers,
             payload: row.payload.as_deref(),
+            timestamp_ms: Some(row.created_ms),
         })
         .collect();
     let results = publisher.publish_all(&publications).await;

@@ -1,5 +1,6 @@
-//! Pruning old inbox rows, and the check that the window outlives the topics'
-//! retention (a pruned row makes a redelivered old message new again).
+//! The inbox's upkeep (partitions prepared ahead, what is past its window
+//! removed), and the check that the window outlives the topics' retention (a
+//! removed row makes a redelivered old message new again).
 
 use std::time::Duration;
 
@@ -8,7 +9,7 @@ use sqlx::PgPool;
 use crate::inbox;
 use crate::kafka;
 
-const PRUNE_EVERY: Duration = Duration::from_secs(3600);
+const UPKEEP_EVERY: Duration = Duration::from_secs(600);
 
 /// Whether inbox rows kept for `keep` outlive a topic's records (`None`: the
 /// topic keeps them forever). Only then is a redelivered message sure to meet
@@ -44,20 +45,61 @@ pub async fn check_window(brokers: &str, topics: &[String], keep: Duration) {
     }
 }
 
-/// Prunes now and then every hour, for as long as the task runs.
-pub async fn prune_forever(pool: PgPool, group: String, keep: Duration) {
-    let mut every = tokio::time::interval(PRUNE_EVERY);
+/// What the host keeps, and for how long (`None`: forever).
+#[derive(Debug, Clone, Copy)]
+pub struct Keep {
+    pub inbox: Option<Duration>,
+    pub dead_letters: Option<Duration>,
+}
+
+/// Runs [`upkeep`] every ten minutes (the host runs the first round itself
+/// before it joins), for as long as the task runs.
+pub async fn upkeep_forever(pool: PgPool, group: String, keep: Keep) {
+    let first = tokio::time::Instant::now() + UPKEEP_EVERY;
+    let mut every = tokio::time::interval_at(first, UPKEEP_EVERY);
     loop {
         every.tick().await;
-        match inbox::prune(&pool, &group, keep).await {
+        upkeep(&pool, &group, keep).await;
+    }
+}
+
+/// One round of [`upkeep_forever`]; what fails is logged and tried next round.
+pub async fn upkeep(pool: &PgPool, group: &str, keep: Keep) {
+    let behind = keep
+        .inbox
+        .map_or(inbox::PREPARED_BEHIND, |k| k.min(inbox::PREPARED_BEHIND));
+    match inbox::prepare_partitions(pool, group, behind).await {
+        Ok(0) => {}
+        Ok(made) => tracing::info!(made, group, "prepared inbox partitions"),
+        Err(e) => {
+            tracing::warn!(error = %e, group, "preparing inbox partitions failed; will try again")
+        }
+    }
+    if let Some(keep) = keep.inbox {
+        match inbox::prune(pool, group, keep).await {
+            Ok(pruned) if pruned == inbox::Pruned::default() => {}
+            Ok(pruned) => tracing::info!(
+                partitions = pruned.partitions,
+                rows_before_0_4 = pruned.rows_before_0_4,
+                group,
+                "dropped inbox partitions past the retention window"
+            ),
+            Err(e) => tracing::warn!(error = %e, "pruning the inbox failed; will try again"),
+        }
+    }
+    if let Some(keep) = keep.dead_letters {
+        match inbox::prune_dead_letters(pool, group, keep).await {
             Ok(0) => {}
             Ok(deleted) => tracing::info!(
                 deleted,
                 group,
-                "pruned inbox rows past the retention window"
+                "deleted dead letters past --dead-letter-retention-days"
             ),
-            Err(e) => tracing::warn!(error = %e, "pruning inbox rows failed; will try again"),
+            Err(e) => tracing::warn!(error = %e, "pruning dead letters failed; will try again"),
         }
+    }
+    if let Err(e) = inbox::prune_attempts(pool, group).await {
+        tracing::warn!(error = %e, "pruning old attempts rows failed; will try again");
     }
 }
 

@@ -35,6 +35,7 @@ pub struct RunSettings {
     pub migrate: bool,
     /// How long inbox rows are kept; `None` keeps them forever.
     pub inbox_retention: Option<Duration>,
+    pub dead_letter_retention: Option<Duration>,
     /// Where compiled plugins are cached; `None`: compiled on every load.
     pub compile_cache: Option<PathBuf>,
     /// Where set-aside records are published too.
@@ -141,6 +142,11 @@ impl RunSettings {
                 args.inbox_retention_days
                     .is_some_and(|d| !d.is_finite() || d <= 0.0 || d > MAX_RETENTION_DAYS),
                 "--inbox-retention-days must be a positive number of days, at most 36500",
+            ),
+            (
+                args.dead_letter_retention_days
+                    .is_some_and(|d| !d.is_finite() || d <= 0.0 || d > MAX_RETENTION_DAYS),
+                "--dead-letter-retention-days must be a positive number of days, at most 36500",
             ),
             (
                 args.retry_initial_ms == 0 || args.retry_max_ms < args.retry_initial_ms,
@@ -254,9 +260,8 @@ impl RunSettings {
             db_pool_size: args.db_pool_size,
             connect_timeout: Duration::from_secs(args.connect_timeout_secs),
             migrate: args.migrate && !args.no_migrate,
-            inbox_retention: args
-                .inbox_retention_days
-                .map(|days| Duration::from_secs_f64(days.max(0.0) * 86_400.0)),
+            inbox_retention: args.inbox_retention_days.map(days),
+            dead_letter_retention: args.dead_letter_retention_days.map(days),
         })
     }
 }
@@ -264,6 +269,11 @@ impl RunSettings {
 /// Bounds of the operator's numbers: past them a flag is refused with its
 /// range instead of overflowing a time or a size later.
 const MAX_RETENTION_DAYS: f64 = 36_500.0;
+
+/// A checked number of days as a duration.
+fn days(days: f64) -> Duration {
+    Duration::from_secs_f64(days.max(0.0) * 86_400.0)
+}
 const MAX_MILLIS: u64 = i32::MAX as u64;
 const MAX_SECS: u64 = 86_400;
 const MAX_BYTES: usize = 1 << 30;

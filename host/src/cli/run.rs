@@ -135,11 +135,17 @@ pub struct RunArgs {
     /// active plugin digest) and /health on this address, e.g. 127.0.0.1:9464.
     #[arg(long, env = "INBOX_STATUS_ADDR")]
     pub status_addr: Option<String>,
-    /// Delete inbox rows older than this many days (checked at start and hourly).
-    /// Must outlive the topics' retention: a pruned row makes a redelivered old
-    /// message new again (the host warns when it does not). Default: keep forever.
+    /// Drop the inbox's hourly partitions of records older than this many days
+    /// (checked at start and every ten minutes). Must outlive the topics'
+    /// retention: a dropped row makes a redelivered old message new again (the
+    /// host warns when it does not). Default: keep forever.
     #[arg(long, env = "INBOX_RETENTION_DAYS")]
     pub inbox_retention_days: Option<f64>,
+    /// Delete dead letters recorded more than this many days ago (checked at
+    /// start and every ten minutes). Default: keep them until redriven or
+    /// deleted by an operator.
+    #[arg(long, env = "INBOX_DEAD_LETTER_RETENTION_DAYS")]
+    pub dead_letter_retention_days: Option<f64>,
     /// Longest a guest may run per message, in ms.
     #[arg(long, env = "INBOX_GUEST_DEADLINE_MS", default_value_t = 5_000)]
     pub guest_deadline_ms: u64,

@@ -21,8 +21,6 @@ pub struct DeadLetter<'a> {
     pub attempts: u32,
     /// The plugin version of the last attempt, if one ran.
     pub plugin_digest: Option<&'a str>,
-    /// When the record was produced, in ms since 1970, if known.
-    pub timestamp_ms: Option<i64>,
 }
 
 /// Records a dead letter in its own transaction. Idempotent per record
@@ -52,7 +50,7 @@ pub async fn dead_letter(pool: &PgPool, letter: &DeadLetter<'_>) -> Result<(), s
     .bind(letter.kind)
     .bind(i32::try_from(letter.attempts).unwrap_or(i32::MAX))
     .bind(letter.plugin_digest)
-    .bind(letter.timestamp_ms.map(|ms| ms as f64))
+    .bind(m.timestamp_ms.map(|ms| ms as f64))
     .execute(pool)
     .await?;
     Ok(())
@@ -263,6 +261,7 @@ async fn read_letter(
         topic: summary.topic.clone(),
         partition: summary.partition,
         offset: summary.offset,
+        timestamp_ms: summary.record_timestamp.map(|t| t.timestamp_millis()),
         key: row.record_key,
         headers,
         payload: row.payload.unwrap_or_default(),

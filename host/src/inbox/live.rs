@@ -36,7 +36,12 @@ pub async fn live_fates(
 ) -> Result<Vec<LiveFate>, sqlx::Error> {
     let ids: Vec<&str> = messages.iter().map(|m| m.message_id.as_str()).collect();
     let processed: HashSet<String> = sqlx::query_scalar(
-        "SELECT message_id FROM inbox_host.inbox WHERE consumer_group = $1 AND message_id = ANY($2)",
+        "SELECT message_id FROM inbox_host.inbox
+          WHERE consumer_group = $1
+            AND dedupe_key = ANY(ARRAY(SELECT inbox_host.message_key($1, id) FROM unnest($2::text[]) id))
+         UNION ALL
+         SELECT message_id FROM inbox_host.inbox_before_0_4
+          WHERE consumer_group = $1 AND message_id = ANY($2)",
     )
     .bind(group)
     .bind(&ids)

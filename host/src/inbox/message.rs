@@ -15,6 +15,9 @@ pub struct Message {
     pub topic: String,
     pub partition: i32,
     pub offset: i64,
+    /// The record's Kafka timestamp in ms since the epoch (`None` when it has
+    /// none): the same on every delivery, it picks the inbox row's partition.
+    pub timestamp_ms: Option<i64>,
     pub key: Option<Vec<u8>>,
     pub headers: Vec<Header>,
     pub payload: Vec<u8>,

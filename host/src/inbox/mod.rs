@@ -11,6 +11,7 @@ mod live;
 mod message;
 mod outbox;
 mod outcome;
+mod partitions;
 mod retention;
 mod rights;
 mod runner;
@@ -31,7 +32,8 @@ pub use outbox::{
     try_lock_relay, OutboxRow, Outgoing, OUTBOX_CHANNEL, RESERVED_HEADERS,
 };
 pub use outcome::{FailureKind, Outcome};
-pub use retention::prune;
+pub use partitions::{prepare as prepare_partitions, PREPARED_AHEAD, PREPARED_BEHIND};
+pub use retention::{prune, prune_attempts, prune_dead_letters, Pruned, ATTEMPTS_KEPT};
 pub use rights::{check_rights, RUNTIME_RIGHTS};
 pub use runner::{
     Runner, RunnerSettings, DEFAULT_LOCK_TIMEOUT_MS, DEFAULT_STATEMENT_TIMEOUT_MS,

@@ -137,6 +137,10 @@ pub struct OutboxRow {
     pub payload: Option<Vec<u8>>,
     pub headers: serde_json::Value,
     pub message_id: String,
+    /// When the row was written (ms since the epoch), sent as the record's
+    /// timestamp: every resend of the row carries the same one, so a
+    /// downstream inbox meets the first copy's row (docs/outbox.md).
+    pub created_ms: i64,
 }
 
 impl OutboxRow {
@@ -164,7 +168,8 @@ impl OutboxRow {
 /// ids compare with the ones sent: the relay keeps no high-water mark.
 pub async fn pending(conn: &mut PgConnection, limit: i64) -> Result<Vec<OutboxRow>, sqlx::Error> {
     sqlx::query_as(
-        "SELECT id, topic, message_key, payload, headers, message_id
+        "SELECT id, topic, message_key, payload, headers, message_id,
+                (extract(epoch FROM created_at) * 1000)::bigint AS created_ms
          FROM inbox_host.outbox ORDER BY id LIMIT $1",
     )
     .bind(limit)

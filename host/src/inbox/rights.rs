@@ -7,10 +7,20 @@ use sqlx::PgPool;
 
 use super::schema::MIGRATOR;
 
-/// The rights the runner uses, per table of the host's schema (reading the
-/// migrations table lets it check the schema's version).
+/// The rights the runner uses, per table (or `FUNCTION`) of the host's schema,
+/// as a `GRANT … ON` names it (reading the migrations table lets it check the
+/// schema's version).
 pub const RUNTIME_RIGHTS: &[(&str, &str)] = &[
-    ("inbox_host.inbox", "SELECT, INSERT, DELETE"),
+    ("inbox_host.inbox", "SELECT, INSERT"),
+    ("inbox_host.inbox_before_0_4", "SELECT, DELETE"),
+    (
+        "FUNCTION inbox_host.inbox_prepare(text, timestamptz, timestamptz)",
+        "EXECUTE",
+    ),
+    (
+        "FUNCTION inbox_host.inbox_drop_before(text, timestamptz)",
+        "EXECUTE",
+    ),
     ("inbox_host.dead_letters", "SELECT, INSERT"),
     ("inbox_host.attempts", "SELECT, INSERT, UPDATE, DELETE"),
     ("inbox_host.outbox", "SELECT, INSERT, DELETE"),
@@ -36,22 +46,12 @@ pub async fn check_rights(pool: &PgPool) -> anyhow::Result<()> {
         Some(false) => missing.push("GRANT USAGE ON SCHEMA inbox_host TO <login>".to_string()),
         Some(true) => {}
     }
-    for (table, rights) in RUNTIME_RIGHTS {
-        let name = table.trim_start_matches("inbox_host.");
+    for (object, rights) in RUNTIME_RIGHTS {
         for right in rights.split(", ") {
-            // By oid from the catalog: naming the table would need USAGE first.
-            let held: Option<bool> = sqlx::query_scalar(
-                "SELECT has_table_privilege(c.oid, $2) FROM pg_class c
-                 JOIN pg_namespace n ON n.oid = c.relnamespace
-                 WHERE n.nspname = 'inbox_host' AND c.relname = $1",
-            )
-            .bind(name)
-            .bind(right)
-            .fetch_optional(pool)
-            .await?;
+            let held = holds(pool, object, right).await?;
             match held {
                 None => return Err(not_migrated()),
-                Some(false) => missing.push(format!("GRANT {right} ON {table} TO <login>")),
+                Some(false) => missing.push(format!("GRANT {right} ON {object} TO <login>")),
                 Some(true) => {}
             }
         }
@@ -75,4 +75,34 @@ pub async fn check_rights(pool: &PgPool) -> anyhow::Result<()> {
         return Err(not_migrated().context(format!("pending migrations: {pending:?}")));
     }
     Ok(())
+}
+
+/// Whether the login holds `right` on `object` (`None`: no such object). By
+/// oid from the catalog: naming the object would need USAGE first.
+async fn holds(pool: &PgPool, object: &str, right: &str) -> Result<Option<bool>, sqlx::Error> {
+    match object.strip_prefix("FUNCTION inbox_host.") {
+        Some(function) => {
+            let name = function.split('(').next().unwrap_or(function);
+            sqlx::query_scalar(
+                "SELECT has_function_privilege(p.oid, $2) FROM pg_proc p
+                 JOIN pg_namespace n ON n.oid = p.pronamespace
+                 WHERE n.nspname = 'inbox_host' AND p.proname = $1",
+            )
+            .bind(name)
+            .bind(right)
+            .fetch_optional(pool)
+            .await
+        }
+        None => {
+            sqlx::query_scalar(
+                "SELECT has_table_privilege(c.oid, $2) FROM pg_class c
+                 JOIN pg_namespace n ON n.oid = c.relnamespace
+                 WHERE n.nspname = 'inbox_host' AND c.relname = $1",
+            )
+            .bind(object.trim_start_matches("inbox_host."))
+            .bind(right)
+            .fetch_optional(pool)
+            .await
+        }
+    }
 }

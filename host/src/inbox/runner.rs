@@ -5,8 +5,8 @@ use futures_util::FutureExt;
 use sqlx::PgPool;
 use tokio::time::Instant;
 
-use super::outbox;
 use super::store::{self, BatchClaim, Claim, ClaimBy};
+use super::{outbox, partitions};
 use super::{FailureKind, Handler, HandlerError, Message, Outcome, Outgoing, Strategy, Tx};
 
 /// How the runner claims messages and bounds their transactions.
@@ -74,7 +74,11 @@ impl Runner {
     /// Processes one message. Nothing is committed unless the outcome is
     /// [`Outcome::Processed`]; every other outcome leaves the database as it was.
     pub async fn process<H: Handler>(&self, message: &Message, handler: &H) -> Outcome {
-        match self.try_process(message, handler).await {
+        let mut tried = self.try_process(message, handler).await;
+        if tried.as_ref().is_err_and(partitions::is_missing) && self.prepare_partitions().await {
+            tried = self.try_process(message, handler).await;
+        }
+        match tried {
             Ok(outcome) => outcome,
             Err(e) => Outcome::Failed(HandlerError::new(
                 FailureKind::Database,
@@ -119,6 +123,22 @@ impl Runner {
                 outcomes
             }
             Ok(Batch::OneByOne) | Err(_) => self.one_by_one(messages, handler).await,
+        }
+    }
+
+    /// Creates the group's partitions when a claim found none (the host
+    /// prepares them at start; this serves every other user of the runner).
+    async fn prepare_partitions(&self) -> bool {
+        let group = &self.settings.group;
+        match partitions::prepare(&self.pool, group, partitions::PREPARED_BEHIND).await {
+            Ok(made) => {
+                tracing::info!(group, made, "prepared the group's inbox partitions");
+                true
+            }
+            Err(e) => {
+                tracing::warn!(group, error = %e, "could not prepare the group's inbox partitions");
+                false
+            }
         }
     }
 

@@ -32,48 +32,23 @@ pub(super) struct ClaimBy<'a> {
 
 const LOCK_NOT_AVAILABLE: &str = "55P03";
 
-/// Sets the transaction's timeouts, inserts the inbox row and switches to the
-/// guest role, in one round trip.
-///
-/// The timeouts sit in the row source so they take effect before the insert can
-/// wait on another transaction's uncommitted row: that wait is bounded by
-/// `lock_timeout` and ends as *locked* instead of blocking forever. The role switch
-/// sits in `RETURNING`, evaluated after the row is written with the host's rights,
-/// and only when a row was inserted (a duplicate runs no handler).
+/// How far apart two records' timestamps may be for one to be a duplicate of
+/// the other by message id alone (a producer that sends an id again as a new
+/// record). Every delivery of the same record is a duplicate however old: its
+/// timestamp, hence its partition, is the same.
+pub const RESEND_WINDOW_SECS: i64 = 3600;
+
+/// [`claim_batch`] for one message.
 pub(super) async fn claim(
     conn: &mut PgConnection,
     message: &Message,
     by: &ClaimBy<'_>,
 ) -> Result<Claim, sqlx::Error> {
-    let inserted: Result<Option<(String, String)>, sqlx::Error> = sqlx::query_as(
-        "INSERT INTO inbox_host.inbox
-             (message_id, consumer_group, worker_id, plugin_digest, topic, kafka_partition, kafka_offset)
-         SELECT $1, $2, $3, $4, $5, $6, $7
-         FROM (SELECT set_config('lock_timeout', $8, true),
-                      set_config('statement_timeout', $9, true),
-                      set_config('idle_in_transaction_session_timeout', $11, true)) AS transaction_limits
-         ON CONFLICT (message_id, consumer_group) DO NOTHING
-         RETURNING pg_current_xact_id()::text, set_config('role', coalesce($10, 'none'), true)",
-    )
-    .bind(&message.message_id)
-    .bind(by.group)
-    .bind(by.worker_id)
-    .bind(by.version)
-    .bind(&message.topic)
-    .bind(message.partition)
-    .bind(message.offset)
-    .bind(millis(by.lock_timeout))
-    .bind(millis(by.statement_timeout))
-    .bind(by.guest_role)
-    .bind(millis(by.transaction_timeout))
-    .fetch_optional(&mut *conn)
-    .await;
-    match inserted {
-        Ok(Some((xid, _role))) => Ok(Claim::New { xid }),
-        Ok(None) => Ok(Claim::Duplicate),
-        Err(e) if sqlstate(&e).as_deref() == Some(LOCK_NOT_AVAILABLE) => Ok(Claim::Locked),
-        Err(e) => Err(e),
-    }
+    Ok(match claim_batch(conn, &[message], by).await? {
+        BatchClaim::Locked => Claim::Locked,
+        BatchClaim::New { xid: Some(xid), .. } => Claim::New { xid },
+        BatchClaim::New { xid: None, .. } => Claim::Duplicate,
+    })
 }
 
 /// What inserting a batch's inbox rows told us.
@@ -84,31 +59,71 @@ pub(super) enum BatchClaim {
         ids: HashSet<String>,
         xid: Option<String>,
     },
-    /// Another open transaction holds one of the rows.
+    /// Another open transaction holds one of the messages.
     Locked,
 }
 
-/// [`claim`] for many messages in one statement: their rows are inserted
-/// together and `RETURNING` names the ones that are new. Ids must be distinct.
+/// Claims the messages' inbox rows and switches to the guest role; ids must be
+/// distinct. Two statements:
+///
+/// 1. The transaction's timeouts, then a transaction lock per message id (in
+///    one order, so batches never deadlock): two claims of one id wait for each
+///    other whatever partitions their rows go to. The timeouts come first so
+///    that wait is bounded by `lock_timeout` and ends as *locked*.
+/// 2. With a snapshot taken after those locks, the rows, except for ids
+///    already claimed by a record stamped within [`RESEND_WINDOW_SECS`] or in
+///    the pre-0.4 table. Each row goes to the partition of its group and its
+///    record's own timestamp, where a unique index on the dedupe key catches
+///    every other delivery of the same record (and a writer that took no lock).
+///    The role switch sits in `RETURNING`, evaluated after the rows are written
+///    with the host's rights, and only when one was (a duplicate runs no handler).
 pub(super) async fn claim_batch(
     conn: &mut PgConnection,
     messages: &[&Message],
     by: &ClaimBy<'_>,
 ) -> Result<BatchClaim, sqlx::Error> {
     let ids: Vec<&str> = messages.iter().map(|m| m.message_id.as_str()).collect();
+    let locked = sqlx::query(
+        "SELECT set_config('lock_timeout', $2, true),
+                set_config('statement_timeout', $3, true),
+                set_config('idle_in_transaction_session_timeout', $4, true),
+                (SELECT count(pg_advisory_xact_lock($6, h))
+                   FROM (SELECT hashtext($5 || ':' || id) AS h FROM unnest($1::text[]) id ORDER BY 1) AS ids)",
+    )
+    .bind(&ids)
+    .bind(millis(by.lock_timeout))
+    .bind(millis(by.statement_timeout))
+    .bind(millis(by.transaction_timeout))
+    .bind(by.group)
+    .bind(CLAIM_LOCK_CLASS)
+    .execute(&mut *conn)
+    .await;
+    if let Err(e) = locked {
+        if sqlstate(&e).as_deref() == Some(LOCK_NOT_AVAILABLE) {
+            return Ok(BatchClaim::Locked);
+        }
+        return Err(e);
+    }
     let topics: Vec<&str> = messages.iter().map(|m| m.topic.as_str()).collect();
     let partitions: Vec<i32> = messages.iter().map(|m| m.partition).collect();
     let offsets: Vec<i64> = messages.iter().map(|m| m.offset).collect();
+    let stamps: Vec<Option<i64>> = messages.iter().map(|m| m.timestamp_ms).collect();
     let inserted: Result<Vec<(String, String, String)>, sqlx::Error> = sqlx::query_as(
         "INSERT INTO inbox_host.inbox
-             (message_id, consumer_group, worker_id, plugin_digest, topic, kafka_partition, kafka_offset)
-         SELECT m.id, $2, $3, $4, m.topic, m.part, m.off
-         FROM (SELECT set_config('lock_timeout', $8, true),
-                      set_config('statement_timeout', $9, true),
-                      set_config('idle_in_transaction_session_timeout', $11, true)) AS transaction_limits,
-              unnest($1::text[], $5::text[], $6::int[], $7::bigint[]) AS m(id, topic, part, off)
-         ON CONFLICT (message_id, consumer_group) DO NOTHING
-         RETURNING message_id, pg_current_xact_id()::text, set_config('role', coalesce($10, 'none'), true)",
+             (message_id, consumer_group, worker_id, plugin_digest, topic, kafka_partition, kafka_offset, record_at)
+         SELECT m.id, $2, $3, $4, m.topic, m.part, m.off, m.at
+         FROM (SELECT id, topic, part, off, timestamptz 'epoch' + ms * interval '1 millisecond' AS at
+                 FROM unnest($1::text[], $5::text[], $6::int[], $7::bigint[], $8::bigint[])
+                      AS u(id, topic, part, off, ms)) AS m
+         WHERE NOT EXISTS (SELECT FROM inbox_host.inbox i
+                           WHERE i.consumer_group = $2
+                             AND i.dedupe_key = inbox_host.message_key($2, m.id)
+                             AND i.record_at >= m.at - make_interval(secs => $10)
+                             AND i.record_at <= m.at + make_interval(secs => $10))
+           AND NOT EXISTS (SELECT FROM inbox_host.inbox_before_0_4 b
+                           WHERE b.message_id = m.id AND b.consumer_group = $2)
+         ON CONFLICT DO NOTHING
+         RETURNING message_id, pg_current_xact_id()::text, set_config('role', coalesce($9, 'none'), true)",
     )
     .bind(&ids)
     .bind(by.group)
@@ -117,10 +132,9 @@ pub(super) async fn claim_batch(
     .bind(&topics)
     .bind(&partitions)
     .bind(&offsets)
-    .bind(millis(by.lock_timeout))
-    .bind(millis(by.statement_timeout))
+    .bind(&stamps)
     .bind(by.guest_role)
-    .bind(millis(by.transaction_timeout))
+    .bind(RESEND_WINDOW_SECS as f64)
     .fetch_all(&mut *conn)
     .await;
     match inserted {
@@ -133,6 +147,11 @@ pub(super) async fn claim_batch(
         Err(e) => Err(e),
     }
 }
+
+/// The first key of the claims' transaction locks ("inbo" in ASCII): the
+/// two-key advisory locks are a space of their own, apart from an
+/// application's one-key locks.
+const CLAIM_LOCK_CLASS: i32 = 0x696e_626f;
 
 /// Sets the transaction's timeouts and the guest role without an inbox row;
 /// returns the transaction id.

@@ -14,6 +14,8 @@ pub struct OutgoingRecord {
     pub key: Option<Vec<u8>>,
     pub headers: Vec<(String, Vec<u8>)>,
     pub payload: Vec<u8>,
+    /// The record's timestamp in ms since the epoch (`None`: when it is sent).
+    pub timestamp_ms: Option<i64>,
 }
 
 /// Publishes records, all in flight at once; returns each one's (partition, offset).
@@ -40,6 +42,9 @@ pub async fn produce(brokers: &str, records: &[OutgoingRecord]) -> KafkaResult<V
         }
         if let Some(p) = r.partition {
             record = record.partition(p);
+        }
+        if let Some(ms) = r.timestamp_ms {
+            record = record.timestamp(ms);
         }
         pending.push(producer.send_result(record).map_err(|(e, _)| e)?);
     }

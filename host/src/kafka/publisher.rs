@@ -42,6 +42,9 @@ pub struct Publication<'a> {
     pub headers: &'a [(&'a str, Option<&'a [u8]>)],
     /// `None` publishes a tombstone.
     pub payload: Option<&'a [u8]>,
+    /// The record's timestamp in ms since the epoch (`None`: when it is sent).
+    /// A resend that keeps it lands in the same inbox partition downstream.
+    pub timestamp_ms: Option<i64>,
 }
 
 /// The producer; cheap to share by reference.
@@ -154,6 +157,9 @@ fn future_record<'a>(record: &'a Publication<'a>) -> FutureRecord<'a, [u8], [u8]
     }
     if let Some(key) = record.key {
         outgoing = outgoing.key(key);
+    }
+    if let Some(ms) = record.timestamp_ms {
+        outgoing = outgoing.timestamp(ms);
     }
     outgoing
 }

@@ -24,6 +24,8 @@ pub struct Run<'a> {
     pub plugin: &'a str,
     pub flags: &'a [&'a str],
     pub relayed: bool,
+    /// The consumer group (`None`: a fresh one per round, named as its topic).
+    pub group: Option<&'a str>,
 }
 
 /// Runs the binary over `messages` orders on a fresh topic of `PARTITIONS`
@@ -42,6 +44,7 @@ pub async fn end_to_end(
             OutgoingRecord {
                 topic: topic.clone(),
                 partition: None,
+                timestamp_ms: None,
                 key: Some(id.clone().into_bytes()),
                 headers: vec![("message_id".into(), id.clone().into_bytes())],
                 payload: serde_json::json!({ "order_id": id, "amount": 1 })
@@ -50,15 +53,20 @@ pub async fn end_to_end(
             }
         })
         .collect();
+    let produced_at = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_secs_f64();
     kafka::produce(broker.bootstrap(), &records)
         .await
         .expect("produce");
     let plugin = plugin(run.plugin);
+    let group = run.group.unwrap_or(&topic);
     let mut args = vec![
         "--plugin",
         plugin.to_str().expect("utf-8"),
         "--group",
-        &topic,
+        group,
         "--topic",
         &topic,
         "--status-addr",
@@ -112,12 +120,18 @@ pub async fn end_to_end(
     }
     let (last, cpu_last) = (Instant::now(), cpu_seconds(host.pid()));
     let peak_rss_mb = peak_rss_mb(host.pid());
-    let stored: i64 =
-        sqlx::query_scalar("SELECT count(*) FROM inbox_host.inbox WHERE consumer_group = $1")
-            .bind(&topic)
-            .fetch_one(&db.pool)
-            .await
-            .expect("count");
+    // This round's rows: its records' topic, in the hours since they were
+    // produced (the partitions of earlier hours are not read).
+    let stored: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM inbox_host.inbox
+         WHERE consumer_group = $1 AND topic = $2 AND record_at >= to_timestamp($3) - interval '1 minute'",
+    )
+    .bind(group)
+    .bind(&topic)
+    .bind(produced_at)
+    .fetch_one(&db.pool)
+    .await
+    .expect("count");
     assert_eq!(
         stored as usize, messages,
         "the host counted every record processed; the inbox must hold them all"

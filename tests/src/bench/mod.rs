@@ -46,8 +46,15 @@ pub async fn in_process<H: Handler + Send + Sync + 'static>(
     let lanes: Vec<_> = (0..PARTITIONS)
         .map(|p| {
             let (runner, permits, handler) = (runner.clone(), permits.clone(), handler.clone());
+            // Stamped as a broker would, so rows go to the current hour's partition.
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as i64);
             let orders: Vec<Message> = (0..per_partition)
-                .map(|i| order(&format!("{tag}-{p}-{i}"), 1))
+                .map(|i| Message {
+                    timestamp_ms: Some(now),
+                    ..order(&format!("{tag}-{p}-{i}"), 1)
+                })
                 .collect();
             tokio::spawn(async move {
                 for chunk in orders.chunks(batch_max) {

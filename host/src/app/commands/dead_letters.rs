@@ -204,6 +204,9 @@ async fn redrive_one(
             key: message.key.as_deref(),
             headers: &headers,
             payload: Some(&message.payload),
+            // The original's: a second redrive of the letter then meets the
+            // first copy's inbox row (same partition), as the same record would.
+            timestamp_ms: message.timestamp_ms,
         })
         .await
         .with_context(|| format!("publishing to {topic}"))?;

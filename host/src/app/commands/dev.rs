@@ -73,6 +73,7 @@ fn sample_orders(topic: &str, count: u32) -> Vec<OutgoingRecord> {
                 payload: serde_json::json!({ "order_id": id, "amount": 10 * n })
                     .to_string()
                     .into_bytes(),
+                timestamp_ms: None,
             }
         })
         .collect()

@@ -283,6 +283,7 @@ impl Stage {
             payload: serde_json::json!({ "order_id": id, "amount": 42 })
                 .to_string()
                 .into_bytes(),
+            timestamp_ms: None,
         };
         let placed = kafka::produce(&self.brokers, &vec![record; copies]).await?;
         Ok(placed.into_iter().map(|(_, offset)| offset).collect())

@@ -43,7 +43,7 @@ impl DeadLetterTopic {
             Some(message.topic.clone()),
             Some(message.partition.to_string()),
             Some(message.offset.to_string()),
-            letter.timestamp_ms.map(|ms| ms.to_string()),
+            message.timestamp_ms.map(|ms| ms.to_string()),
             Some(letter.group.to_string()),
             Some(letter.reason.to_string()),
             Some(letter.kind.to_string()),
@@ -63,6 +63,7 @@ impl DeadLetterTopic {
             key: message.key.as_deref(),
             headers: &headers,
             payload: Some(&message.payload),
+            timestamp_ms: None,
         };
         self.publisher.publish(&publication).await.map(drop)
     }

@@ -7,8 +7,6 @@ use crate::kafka::Record;
 /// A record taken from the stream, owned by the worker until it is done.
 pub(super) struct Pending {
     pub message: Message,
-    /// The record's Kafka timestamp (ms since 1970), for end-to-end latency.
-    pub timestamp_ms: Option<i64>,
     /// Set once the record is to be set aside: from then on only the set-aside
     /// (dead-letter row, dead-letter topic) is retried, never the handler.
     pub aside: Option<Aside>,
@@ -28,7 +26,6 @@ impl Pending {
     /// Moves a record into the runner's message, setting aside what the host
     /// cannot use (no id, an unreadable header, larger than `max_message_bytes`).
     pub fn of(record: Record, max_message_bytes: usize) -> Self {
-        let timestamp_ms = record.timestamp_ms;
         let (message, mut unusable) = message_of(record);
         if unusable.is_none() && message.payload.len() > max_message_bytes {
             unusable = Some(format!(
@@ -37,7 +34,6 @@ impl Pending {
             ));
         }
         Self {
-            timestamp_ms,
             message,
             aside: unusable.map(|reason| Aside {
                 reason,
@@ -73,6 +69,7 @@ pub fn message_of(record: Record) -> (Message, Option<String>) {
         topic: record.topic,
         partition: record.partition,
         offset: record.offset,
+        timestamp_ms: record.timestamp_ms,
         key: record.key,
         headers,
         payload: record.payload,

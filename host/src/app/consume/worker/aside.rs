@@ -27,7 +27,7 @@ impl<S: HandlerSource> Worker<S> {
         {
             // A record the handler ran: done, as far as latency goes.
             if let Some(metrics) = &self.shared.metrics {
-                metrics.committed_record(self.pending[0].timestamp_ms);
+                metrics.committed_record(self.pending[0].message.timestamp_ms);
             }
             self.forget_attempts(0).await;
         }
@@ -92,7 +92,6 @@ impl<S: HandlerSource> Worker<S> {
             kind: aside.kind,
             attempts: aside.attempts,
             plugin_digest: Some(self.plugin.as_str()).filter(|d| ran && !d.is_empty()),
-            timestamp_ms: pending.timestamp_ms,
         };
         if let Err(e) = inbox::dead_letter(self.shared.runner.pool(), &letter).await {
             tracing::error!(reason = %aside.reason, error = %e, "could not record the dead letter; retrying that (the handler does not run again)");

@@ -241,7 +241,7 @@ impl<S: HandlerSource> Worker<S> {
         self.in_flight = 0;
         if let Some(metrics) = &self.shared.metrics {
             for pending in self.pending.range(..done) {
-                metrics.committed_record(pending.timestamp_ms);
+                metrics.committed_record(pending.message.timestamp_ms);
             }
         }
         if let Some(last) = done.checked_sub(1).map(|n| self.pending[n].message.offset) {

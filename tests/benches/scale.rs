@@ -1,0 +1,244 @@
+//! The inbox at scale, in one run (docs/sizing.md, docs/performance.md): the
+//! release binary in batch mode (the defaults) with billing.wasm, one group,
+//! against an inbox that already holds 0, 10 million and 50 million rows of
+//! that group, their records' timestamps spread over the past seven days (an
+//! inbox that took them in over a week); then at 50 million while the oldest
+//! partitions are dropped, one a second; then the worst case, 10 million rows
+//! stamped in the current hour (the partition every new record goes to).
+//! Throughput and WAL bytes per message, medians of the rounds, as ratios to
+//! the empty inbox.
+//!
+//! `scripts/bench --bench scale` (builds the release binary first). It writes
+//! about 15 GB to a temporary cluster. BENCH_MESSAGES=n sets the records per
+//! round (default 100,000); BENCH_SCALE_ROWS=a,b the two inbox sizes.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use inbox_host::embedded::LocalBroker;
+use inbox_host_tests::bench::e2e::{end_to_end, Run};
+use inbox_host_tests::bench::{self, median};
+use inbox_host_tests::TestDb;
+
+const ROUNDS: usize = 3;
+const GROUP: &str = "scale";
+/// Rows inserted per statement while filling.
+const FILL_CHUNK: i64 = 1_000_000;
+const WEEK_SECS: f64 = 7.0 * 86_400.0;
+
+struct Measured {
+    per_second: f64,
+    wal_per_message: f64,
+}
+
+fn main() {
+    let messages = std::env::var("BENCH_MESSAGES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(100_000);
+    let sizes: Vec<i64> = std::env::var("BENCH_SCALE_ROWS")
+        .ok()
+        .map(|v| v.split(',').filter_map(|n| n.trim().parse().ok()).collect())
+        .unwrap_or_else(|| vec![10_000_000, 50_000_000]);
+    bench::runtime().block_on(async move {
+        let (db, broker) = bench::production_stage().await;
+        println!("inbox-host at scale: group {GROUP}, {messages} records x {ROUNDS} rounds per row, medians");
+        println!("PostgreSQL with fsync and synchronous commit on, its default settings; the host is the release binary\n");
+        db.execute(&format!(
+            "SELECT inbox_host.inbox_prepare('{GROUP}', now() - interval '7 days 1 hour', now() + interval '1 day')"
+        ))
+        .await;
+        let mut table = Vec::new();
+        let empty = rounds(&db, &broker, messages, None).await;
+        table.push(("empty".to_string(), empty.per_second, empty.wal_per_message, String::new()));
+        let mut filled = 0;
+        for &size in &sizes {
+            fill(&db, filled, size, Spread::PastWeek).await;
+            filled = size;
+            let m = rounds(&db, &broker, messages, None).await;
+            table.push((format!("{} M rows over the past week", size / 1_000_000), m.per_second, m.wal_per_message, String::new()));
+        }
+        let mut drops = Vec::new();
+        let m = rounds(&db, &broker, messages, Some(&mut drops)).await;
+        let dropped = format!(
+            "{} partitions dropped, median {:.0} ms, longest {:.0} ms",
+            drops.len(),
+            median(&drops),
+            drops.iter().copied().fold(0.0, f64::max)
+        );
+        table.push(("the same, dropping old partitions".to_string(), m.per_second, m.wal_per_message, dropped));
+        let hour = current_hour(&db).await;
+        fill(&db, filled, filled + 10_000_000, Spread::CurrentHour).await;
+        let m = rounds(&db, &broker, messages, None).await;
+        let note = if current_hour(&db).await == hour {
+            String::new()
+        } else {
+            "(the hour turned during the rounds: not the worst case)".to_string()
+        };
+        table.push(("+ 10 M rows in the current hour".to_string(), m.per_second, m.wal_per_message, note));
+
+        println!("{:<36} {:>9} {:>7} {:>10} {:>7}", "inbox before the rounds", "msg/s", "x empty", "WAL B/msg", "x empty");
+        for (name, rate, wal, note) in &table {
+            println!(
+                "{name:<36} {rate:>9.0} {:>7.2} {wal:>10.0} {:>7.2}  {note}",
+                rate / empty.per_second,
+                wal / empty.wal_per_message
+            );
+        }
+        let (heap, index): (f64, f64) = sqlx::query_as(
+            "SELECT sum(pg_table_size(c.oid))::float8, sum(pg_indexes_size(c.oid))::float8
+             FROM inbox_host.inbox_partitions p
+             JOIN pg_class c ON c.relname = p.name AND c.relnamespace = 'inbox_host'::regnamespace
+             WHERE p.consumer_group = $1",
+        )
+        .bind(GROUP)
+        .fetch_one(&db.pool)
+        .await
+        .expect("sizes");
+        let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM inbox_host.inbox WHERE consumer_group = $1")
+            .bind(GROUP)
+            .fetch_one(&db.pool)
+            .await
+            .expect("rows");
+        println!(
+            "\n{rows} rows: {:.0} bytes of table and {:.0} bytes of index per row",
+            heap / rows as f64,
+            index / rows as f64
+        );
+        println!("\ntargets: >= 0.90 x empty at 50 M rows, WAL <= 1.5 x, a partition dropped in < 1 s, >= 0.90 x while dropping");
+    });
+}
+
+/// Where the filled rows' record timestamps fall.
+#[derive(Clone, Copy)]
+enum Spread {
+    PastWeek,
+    CurrentHour,
+}
+
+/// Adds rows `from..to` of the group, then vacuums and checkpoints, so no
+/// autovacuum or checkpoint of the fill lands in the rounds.
+async fn fill(db: &TestDb, from: i64, to: i64, spread: Spread) {
+    let started = Instant::now();
+    let (origin, span) = match spread {
+        Spread::PastWeek => ("now() - make_interval(secs => $4)", WEEK_SECS),
+        // Since the hour began, up to now.
+        Spread::CurrentHour => ("date_trunc('hour', now())", 0.0),
+    };
+    let spread_sql = match spread {
+        Spread::PastWeek => format!("{origin} + random() * make_interval(secs => $4)"),
+        Spread::CurrentHour => {
+            format!("{origin} + random() * (now() - {origin}) + make_interval(secs => $4)")
+        }
+    };
+    let digest = format!("sha256:{}", "0".repeat(64));
+    let mut at = from;
+    while at < to {
+        let end = (at + FILL_CHUNK).min(to);
+        sqlx::query(&format!(
+            "INSERT INTO inbox_host.inbox
+                 (message_id, consumer_group, worker_id, plugin_digest, topic, kafka_partition, kafka_offset, record_at, received_at)
+             SELECT gen_random_uuid()::text, '{GROUP}', 'fill', $3, 'orders', (i % 6)::int, i, t, t
+             FROM (SELECT i, {spread_sql} AS t FROM generate_series($1::bigint, $2::bigint - 1) AS i) AS rows"
+        ))
+        .bind(at)
+        .bind(end)
+        .bind(&digest)
+        .bind(span)
+        .execute(&db.pool)
+        .await
+        .expect("fill");
+        at = end;
+    }
+    for statement in ["VACUUM (ANALYZE) inbox_host.inbox", "CHECKPOINT"] {
+        db.execute(statement).await;
+    }
+    eprintln!(
+        "filled to {to} rows in {:.0} s",
+        started.elapsed().as_secs_f64()
+    );
+}
+
+/// [`ROUNDS`] rounds on fresh topics; with `drops`, a task drops the group's
+/// oldest partition every second while each round runs and records how long
+/// each drop took (ms).
+async fn rounds(
+    db: &TestDb,
+    broker: &LocalBroker,
+    messages: usize,
+    mut drops: Option<&mut Vec<f64>>,
+) -> Measured {
+    let (mut rates, mut wal) = (Vec::new(), Vec::new());
+    let run = Run {
+        plugin: "billing",
+        flags: &[],
+        relayed: false,
+        group: Some(GROUP),
+    };
+    for _ in 0..ROUNDS {
+        db.execute("CHECKPOINT").await;
+        let before = wal_lsn(db).await;
+        let took = Arc::new(Mutex::new(Vec::new()));
+        let dropping = drops
+            .is_some()
+            .then(|| tokio::spawn(drop_oldest_every_second(db.url.clone(), took.clone())));
+        let round = end_to_end(db, broker, &run, messages).await;
+        if let (Some(task), Some(drops)) = (dropping, drops.as_deref_mut()) {
+            task.abort();
+            drops.extend(took.lock().expect("drop times").iter());
+        }
+        let after = wal_lsn(db).await;
+        rates.push(round.per_second);
+        wal.push((after - before) / messages as f64);
+    }
+    Measured {
+        per_second: median(&rates),
+        wal_per_message: median(&wal),
+    }
+}
+
+/// Drops the group's oldest hourly partition each second, as retention does
+/// with a window that just moved past it, and notes each drop's time in ms,
+/// until aborted or nothing older than three days is left (the host prepares
+/// two days back).
+async fn drop_oldest_every_second(url: String, took: Arc<Mutex<Vec<f64>>>) {
+    let pool = sqlx::PgPool::connect(&url).await.expect("pool");
+    loop {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let oldest: Option<(f64,)> = sqlx::query_as(
+            "SELECT extract(epoch FROM min(to_at))::float8 FROM inbox_host.inbox_partitions
+             WHERE consumer_group = $1 AND to_at IS NOT NULL HAVING min(to_at) < now() - interval '3 days'",
+        )
+        .bind(GROUP)
+        .fetch_optional(&pool)
+        .await
+        .expect("oldest partition");
+        let Some((to_at,)) = oldest else { return };
+        let started = Instant::now();
+        let dropped: i32 =
+            sqlx::query_scalar("SELECT inbox_host.inbox_drop_before($1, to_timestamp($2))")
+                .bind(GROUP)
+                .bind(to_at)
+                .fetch_one(&pool)
+                .await
+                .expect("drop");
+        if dropped > 0 {
+            let ms = started.elapsed().as_secs_f64() * 1e3;
+            took.lock().expect("drop times").push(ms);
+        }
+    }
+}
+
+async fn wal_lsn(db: &TestDb) -> f64 {
+    sqlx::query_scalar("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::float8")
+        .fetch_one(&db.pool)
+        .await
+        .expect("wal position")
+}
+
+async fn current_hour(db: &TestDb) -> f64 {
+    sqlx::query_scalar("SELECT extract(epoch FROM date_trunc('hour', now()))::float8")
+        .fetch_one(&db.pool)
+        .await
+        .expect("hour")
+}
