@@ -44,7 +44,8 @@ pub struct RelayStatus {
     pub sent: AtomicU64,
     /// Sends the broker refused and database errors, all together.
     pub errors: AtomicU64,
-    /// Rows waiting, as last counted (up to [`BACKLOG_CAP`]).
+    /// Rows waiting, as last counted (up to `--max-outbox-backlog`, or
+    /// [`BACKLOG_CAP`] for the relay command).
     pub backlog_rows: AtomicI64,
     /// Age of the oldest waiting row, in ms, as last measured.
     pub oldest_ms: AtomicI64,
@@ -273,13 +274,14 @@ pub async fn notify_elsewhere_forever(pool: PgPool, status: Arc<RelayStatus>) {
 
 /// Measures the backlog every second into `status` (every host, leading or not:
 /// the consume side of each one stops at `max` rows), and says when it crosses
-/// `max` either way.
+/// `max` either way. It counts no further than `max` (or [`BACKLOG_CAP`]):
+/// in a deep backlog each host's count stays a bounded scan.
 pub async fn measure_backlog_forever(pool: PgPool, status: Arc<RelayStatus>, max: i64) {
     let mut full = false;
     loop {
         let measured = async {
             let mut conn = pool.acquire().await?;
-            inbox::outbox_backlog(&mut conn, BACKLOG_CAP).await
+            inbox::outbox_backlog(&mut conn, max.clamp(1, BACKLOG_CAP)).await
         }
         .await;
         match measured {
