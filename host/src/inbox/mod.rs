@@ -5,6 +5,7 @@
 //! A message arrives as plain data ([`Message`]); the handler is a trait
 //! ([`Handler`]) that the plugin runtime implements.
 
+mod claim;
 mod dead_letters;
 mod handler;
 mod live;

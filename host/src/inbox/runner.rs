@@ -5,7 +5,8 @@ use futures_util::FutureExt;
 use sqlx::PgPool;
 use tokio::time::Instant;
 
-use super::store::{self, BatchClaim, Claim, ClaimBy};
+use super::claim::{self, BatchClaim, Claim, ClaimBy};
+use super::store;
 use super::{outbox, partitions};
 use super::{FailureKind, Handler, HandlerError, Message, Outcome, Outgoing, Strategy, Tx};
 
@@ -170,7 +171,7 @@ impl Runner {
                 .zip(&firsts)
                 .filter_map(|(m, first)| first.then_some(*m))
                 .collect();
-            match store::claim_batch(&mut tx, &distinct, &by).await? {
+            match claim::claim_batch(&mut tx, &distinct, &by).await? {
                 BatchClaim::Locked => {
                     rollback(tx).await;
                     return Ok(Batch::OneByOne);
@@ -328,7 +329,7 @@ impl Runner {
         let mut tx = self.pool.begin().await?;
         let until = Instant::now() + self.settings.transaction_timeout;
         let xid = if self.settings.strategy.uses_inbox() {
-            match store::claim(&mut tx, message, &by).await? {
+            match claim::claim(&mut tx, message, &by).await? {
                 Claim::New { xid } => xid,
                 Claim::Duplicate => return finish_without_handler(tx, Outcome::Duplicate).await,
                 Claim::Locked => return finish_without_handler(tx, Outcome::Locked).await,
