@@ -120,16 +120,10 @@ enum Spread {
 /// autovacuum or checkpoint of the fill lands in the rounds.
 async fn fill(db: &TestDb, from: i64, to: i64, spread: Spread) {
     let started = Instant::now();
-    let (origin, span) = match spread {
-        Spread::PastWeek => ("now() - make_interval(secs => $4)", WEEK_SECS),
-        // Since the hour began, up to now.
-        Spread::CurrentHour => ("date_trunc('hour', now())", 0.0),
-    };
-    let spread_sql = match spread {
-        Spread::PastWeek => format!("{origin} + random() * make_interval(secs => $4)"),
-        Spread::CurrentHour => {
-            format!("{origin} + random() * (now() - {origin}) + make_interval(secs => $4)")
-        }
+    // Back from now: a week, or to the start of the current hour.
+    let back_secs = match spread {
+        Spread::PastWeek => Some(WEEK_SECS),
+        Spread::CurrentHour => None,
     };
     let digest = format!("sha256:{}", "0".repeat(64));
     let mut at = from;
@@ -139,12 +133,13 @@ async fn fill(db: &TestDb, from: i64, to: i64, spread: Spread) {
             "INSERT INTO inbox_host.inbox
                  (message_id, consumer_group, worker_id, plugin_digest, topic, kafka_partition, kafka_offset, record_at, received_at)
              SELECT gen_random_uuid()::text, '{GROUP}', 'fill', $3, 'orders', (i % 6)::int, i, t, t
-             FROM (SELECT i, {spread_sql} AS t FROM generate_series($1::bigint, $2::bigint - 1) AS i) AS rows"
+             FROM (SELECT i, now() - random() * coalesce(make_interval(secs => $4), now() - date_trunc('hour', now())) AS t
+                     FROM generate_series($1::bigint, $2::bigint - 1) AS i) AS rows"
         ))
         .bind(at)
         .bind(end)
         .bind(&digest)
-        .bind(span)
+        .bind(back_secs)
         .execute(&db.pool)
         .await
         .expect("fill");
