@@ -30,14 +30,14 @@ type Header<'a> = (&'a str, Option<&'a [u8]>);
 const RELAY_BATCH: usize = 2_000;
 
 fn main() {
-    let messages = bench::messages_per_round();
+    let messages = bench::messages_per_round(10_000);
     bench::runtime().block_on(async move {
         let (db, broker) = bench::production_stage().await;
         broker.create_topic(OUT, PARTITIONS).expect("output topic");
         println!("inbox-host outbox: {PARTITIONS} partitions in and out, {messages} records x {ROUNDS} rounds, medians");
         println!("PostgreSQL with fsync and synchronous commit on; the host is the release binary\n");
-        let inbox_only = Run { plugin: "billing", flags: &[], relayed: false, group: None };
-        let publishing = Run { plugin: "billing-publish", flags: &["--publish-topic", OUT], relayed: true, group: None };
+        let inbox_only = Run { plugin: "billing", flags: &[], relayed: false, group: None, minute_of_hour: Some(bench::MID_HOUR) };
+        let publishing = Run { plugin: "billing-publish", flags: &["--publish-topic", OUT], relayed: true, group: None, minute_of_hour: Some(bench::MID_HOUR) };
         let (mut plain, mut published) = (Vec::new(), Vec::new());
         let (mut relayed, mut produced) = (Vec::new(), Vec::new());
         for round in 0..ROUNDS {

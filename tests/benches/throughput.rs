@@ -8,7 +8,8 @@
 //! load time. Rounds alternate so machine noise hits every mode; medians.
 //!
 //! `scripts/bench` (builds the release binary, then `cargo bench -p inbox-host-tests`).
-//! BENCH_MESSAGES=n sets the records per round (default 10,000); BENCH_PROFILE=wasm
+//! BENCH_MESSAGES=n sets the records per round (default 30,000: a batch-mode
+//! round then lasts about a second, many samples of the binary's progress); BENCH_PROFILE=wasm
 //! (or native) runs only that handler in process in batch mode, a steady load to profile;
 //! BENCH_PROFILE=wasm-call (or native-call) calls it one message after another; e2e runs
 //! the binary in batch mode (profile it with `perf record -p $(pgrep -n inbox-host)`).
@@ -63,7 +64,7 @@ const MODES: [Mode; 4] = [
 ];
 
 fn main() {
-    let messages = bench::messages_per_round();
+    let messages = bench::messages_per_round(30_000);
     bench::runtime().block_on(async move {
         let (db, broker) = bench::production_stage().await;
         let runtime = Runtime::new(SandboxLimits::default()).expect("wasm runtime");
@@ -183,6 +184,7 @@ async fn in_mode(db: &TestDb, broker: &LocalBroker, mode: &Mode, messages: usize
         flags: &flags,
         relayed: false,
         group: None,
+        minute_of_hour: Some(bench::MID_HOUR),
     };
     end_to_end(db, broker, &run, messages).await
 }

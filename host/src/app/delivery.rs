@@ -1,5 +1,5 @@
 //! What happened to a delivered record, as the consume path reports it to
-//! observers, metrics and traces: the leaf both rooms read.
+//! observers (the lab, tests): the leaf both rooms read.
 
 use crate::inbox::{Message, Outcome};
 
@@ -10,29 +10,21 @@ pub struct Delivery {
     pub partition: i32,
     pub offset: i64,
     pub message_id: Option<String>,
-    pub verdict: Verdict,
+    pub outcome: Outcome,
     /// Whether it was acknowledged (its offset stored, or committed before it
-    /// was handled).
-    pub committed: bool,
+    /// was handled); `false` when it is tried again.
+    pub acknowledged: bool,
 }
 
 impl Delivery {
-    pub(crate) fn of(message: &Message, verdict: Verdict, committed: bool) -> Self {
+    pub(crate) fn of(message: &Message, outcome: Outcome, acknowledged: bool) -> Self {
         Self {
             topic: message.topic.clone(),
             partition: message.partition,
             offset: message.offset,
             message_id: Some(message.message_id.clone()).filter(|id| !id.is_empty()),
-            verdict,
-            committed,
+            outcome,
+            acknowledged,
         }
     }
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Verdict {
-    /// The runner's outcome.
-    Handled(Outcome),
-    /// Not handled: recorded in `inbox_host.dead_letters` with this reason.
-    SetAside(String),
 }

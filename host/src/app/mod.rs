@@ -21,7 +21,7 @@ pub use commands::{build, check, dead_letters, dev, lab, migrate, relay, shadow,
 pub use consume::{
     decide, Backoff, HandlerSource, Pipeline, PipelineLimits, RetryPolicy, Step, StopWhen,
 };
-pub use delivery::{Delivery, Verdict};
+pub use delivery::Delivery;
 pub use observe::{Metrics, Traces};
 pub use settings::RunSettings;
 

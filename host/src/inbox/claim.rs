@@ -2,37 +2,12 @@
 //! partitions of its group and its record's hour (docs/semantics.md, "The
 //! inbox over time"). The host's statements, on the host's role.
 
-use std::collections::HashSet;
-use std::time::Duration;
-
 use chrono::{DateTime, Utc};
 use sqlx::PgConnection;
+use std::collections::HashSet;
 
-use super::store::{millis, sqlstate, LOCK_NOT_AVAILABLE};
+use super::store::{millis, sqlstate, ClaimBy, LOCK_NOT_AVAILABLE};
 use super::Message;
-
-/// What inserting the inbox row told us.
-pub(super) enum Claim {
-    /// The row is ours; `xid` identifies the transaction it lives in.
-    New { xid: String },
-    /// A committed row already exists.
-    Duplicate,
-    /// Another open transaction holds the row and did not finish within `lock_timeout`.
-    Locked,
-}
-
-/// Who is claiming and how long it may wait.
-pub(super) struct ClaimBy<'a> {
-    pub group: &'a str,
-    pub worker_id: &'a str,
-    pub version: &'a str,
-    pub lock_timeout: Duration,
-    pub statement_timeout: Duration,
-    /// Also PostgreSQL's `idle_in_transaction_session_timeout` for the transaction.
-    pub transaction_timeout: Duration,
-    /// The role the handler's statements run under (`SET LOCAL ROLE`).
-    pub guest_role: Option<&'a str>,
-}
 
 /// How far apart two records' timestamps may be for one to be a duplicate of
 /// the other by message id alone (a producer that sends an id again as a new
@@ -42,19 +17,6 @@ pub(super) struct ClaimBy<'a> {
 pub const RESEND_WINDOW_SECS: i64 = 600;
 
 const HOUR_MS: i64 = 3_600_000;
-
-/// [`claim_batch`] for one message.
-pub(super) async fn claim(
-    conn: &mut PgConnection,
-    message: &Message,
-    by: &ClaimBy<'_>,
-) -> Result<Claim, sqlx::Error> {
-    Ok(match claim_batch(conn, &[message], by).await? {
-        BatchClaim::Locked => Claim::Locked,
-        BatchClaim::New { xid: Some(xid), .. } => Claim::New { xid },
-        BatchClaim::New { xid: None, .. } => Claim::Duplicate,
-    })
-}
 
 /// What inserting a batch's inbox rows told us.
 pub(super) enum BatchClaim {

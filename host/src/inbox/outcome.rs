@@ -2,8 +2,8 @@ use std::fmt;
 
 use super::HandlerError;
 
-/// What happened to one message. The caller acts on it: acknowledge, retry later,
-/// or report.
+/// What happened to one message, from the runner to the reports (metrics,
+/// traces, the lab). The caller acts on it: acknowledge, retry later, set aside.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
     /// The handler succeeded and its effects committed with the inbox row.
@@ -15,6 +15,10 @@ pub enum Outcome {
     Locked,
     /// Nothing was committed. `error.retryable` says whether trying again can help.
     Failed(HandlerError),
+    /// Not handled: recorded in `inbox_host.dead_letters` with this reason. The
+    /// consume path's last word on a record it gave up on (the runner never
+    /// returns it).
+    SetAside(String),
 }
 
 impl Outcome {
@@ -30,6 +34,7 @@ impl Outcome {
             Outcome::Duplicate => "duplicate",
             Outcome::Locked => "locked",
             Outcome::Failed(_) => "failed",
+            Outcome::SetAside(_) => "set_aside",
         }
     }
 }

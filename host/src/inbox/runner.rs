@@ -5,8 +5,8 @@ use futures_util::FutureExt;
 use sqlx::PgPool;
 use tokio::time::Instant;
 
-use super::claim::{self, BatchClaim, Claim, ClaimBy};
-use super::store;
+use super::claim::{self, BatchClaim};
+use super::store::{self, ClaimBy};
 use super::{outbox, partitions};
 use super::{FailureKind, Handler, HandlerError, Message, Outcome, Outgoing, Strategy, Tx};
 
@@ -75,12 +75,17 @@ impl Runner {
     /// Processes one message. Nothing is committed unless the outcome is
     /// [`Outcome::Processed`]; every other outcome leaves the database as it was.
     pub async fn process<H: Handler>(&self, message: &Message, handler: &H) -> Outcome {
-        let mut tried = self.try_process(message, handler).await;
+        let mut tried = self.try_batch(&[message], handler).await;
         if tried.as_ref().is_err_and(partitions::is_missing) && self.prepare_partitions().await {
-            tried = self.try_process(message, handler).await;
+            tried = self.try_batch(&[message], handler).await;
         }
         match tried {
-            Ok(outcome) => outcome,
+            Ok(Batch::Committed(outcomes)) => {
+                outcomes.into_iter().next().expect("an outcome per message")
+            }
+            Ok(Batch::FailedAt(_, failure)) => failure,
+            Ok(Batch::Locked) => Outcome::Locked,
+            Ok(Batch::Broken(error)) => Outcome::Failed(error),
             Err(e) => Outcome::Failed(HandlerError::new(
                 FailureKind::Database,
                 true,
@@ -123,7 +128,11 @@ impl Runner {
                 }
                 outcomes
             }
-            Ok(Batch::OneByOne) | Err(_) => self.one_by_one(messages, handler).await,
+            // Which message is held, or broke the transaction, shows when they
+            // run one at a time.
+            Ok(Batch::Locked | Batch::Broken(_)) | Err(_) => {
+                self.one_by_one(messages, handler).await
+            }
         }
     }
 
@@ -156,6 +165,8 @@ impl Runner {
         outcomes
     }
 
+    /// One transaction for the messages (one or many): claim, handlers in
+    /// order, the pre-commit check, outbox rows, COMMIT.
     async fn try_batch<H: Handler>(
         &self,
         messages: &[&Message],
@@ -174,7 +185,7 @@ impl Runner {
             match claim::claim_batch(&mut tx, &distinct, &by).await? {
                 BatchClaim::Locked => {
                     rollback(tx).await;
-                    return Ok(Batch::OneByOne);
+                    return Ok(Batch::Locked);
                 }
                 BatchClaim::New { ids, xid } => {
                     let runs = messages
@@ -216,10 +227,9 @@ impl Runner {
             }
             outcomes.push(Outcome::Processed);
         }
-        if still_ours(&mut tx, &xid, by.guest_role).await.is_err() {
-            // Which message broke it shows when they run one at a time.
+        if let Err(broken) = still_ours(&mut tx, &xid, by.guest_role).await {
             rollback(tx).await;
-            return Ok(Batch::OneByOne);
+            return Ok(Batch::Broken(broken));
         }
         outbox::stage(&mut tx, &self.settings.group, &published).await?;
         tx.commit().await?;
@@ -319,37 +329,6 @@ impl Runner {
             (Outcome::Failed(error), Vec::new())
         })
     }
-
-    async fn try_process<H: Handler>(
-        &self,
-        message: &Message,
-        handler: &H,
-    ) -> Result<Outcome, sqlx::Error> {
-        let by = self.claim_by(handler);
-        let mut tx = self.pool.begin().await?;
-        let until = Instant::now() + self.settings.transaction_timeout;
-        let xid = if self.settings.strategy.uses_inbox() {
-            match claim::claim(&mut tx, message, &by).await? {
-                Claim::New { xid } => xid,
-                Claim::Duplicate => return finish_without_handler(tx, Outcome::Duplicate).await,
-                Claim::Locked => return finish_without_handler(tx, Outcome::Locked).await,
-            }
-        } else {
-            store::begin_plain(&mut tx, &by).await?
-        };
-
-        let (mut tx, outgoing) = match self.run_handler(handler, message, tx, until).await {
-            Ok(ran) => ran,
-            Err(failed) => return Ok(Outcome::Failed(failed.rolled_back().await)),
-        };
-        if let Err(broken) = still_ours(&mut tx, &xid, by.guest_role).await {
-            rollback(tx).await;
-            return Ok(Outcome::Failed(broken));
-        }
-        outbox::stage(&mut tx, &self.settings.group, &[(message, outgoing)]).await?;
-        tx.commit().await?;
-        Ok(Outcome::Processed)
-    }
 }
 
 /// Checks that the transaction the handler hands back is the one the runner
@@ -378,11 +357,6 @@ async fn still_ours(tx: &mut Tx, xid: &str, guest_role: Option<&str>) -> Result<
         )));
     }
     Ok(())
-}
-
-async fn finish_without_handler(tx: Tx, outcome: Outcome) -> Result<Outcome, sqlx::Error> {
-    tx.rollback().await?;
-    Ok(outcome)
 }
 
 async fn rollback(tx: Tx) {
@@ -414,9 +388,11 @@ enum Batch {
     Committed(Vec<Outcome>),
     /// Rolled back because the message at this index failed.
     FailedAt(usize, Outcome),
-    /// Rolled back; the messages go one at a time (a held row, or a broken
-    /// transaction whose culprit is unknown).
-    OneByOne,
+    /// Rolled back: another open transaction holds a message's inbox row.
+    Locked,
+    /// Rolled back: every handler returned ok, but the transaction could no
+    /// longer commit (in a batch, which handler broke it is not known).
+    Broken(HandlerError),
 }
 
 /// For each message, whether it is the first in the batch with its id.

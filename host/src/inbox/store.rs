@@ -2,12 +2,26 @@
 //! an inbox row, their state, and the attempts of failing records. Every
 //! statement here is the host's, on the host's role.
 
+use std::time::Duration;
+
 use sqlx::{PgConnection, PgPool};
 
-use super::claim::ClaimBy;
 use super::Message;
 
 pub(super) const LOCK_NOT_AVAILABLE: &str = "55P03";
+
+/// Who is claiming and how long it may wait.
+pub(super) struct ClaimBy<'a> {
+    pub group: &'a str,
+    pub worker_id: &'a str,
+    pub version: &'a str,
+    pub lock_timeout: Duration,
+    pub statement_timeout: Duration,
+    /// Also PostgreSQL's `idle_in_transaction_session_timeout` for the transaction.
+    pub transaction_timeout: Duration,
+    /// The role the handler's statements run under (`SET LOCAL ROLE`).
+    pub guest_role: Option<&'a str>,
+}
 
 /// Sets the transaction's timeouts and the guest role without an inbox row;
 /// returns the transaction id.

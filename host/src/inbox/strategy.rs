@@ -35,13 +35,15 @@ impl Strategy {
         self == Strategy::AtMostOnce
     }
 
-    /// Whether a message with this outcome is acknowledged after the transaction.
-    /// Failures that are not acknowledged are retried from the same offset.
-    pub fn commits_after(self, outcome: &super::Outcome) -> bool {
+    /// Whether a record with this outcome is done: at-most-once committed it
+    /// before handling, at-least-once on-persist acknowledges after any
+    /// transaction, and every strategy acknowledges what committed (or was set
+    /// aside). The rest is retried from the same offset.
+    pub fn acknowledges(self, outcome: &super::Outcome) -> bool {
         use super::Outcome::*;
         match (self, outcome) {
-            (Strategy::AtMostOnce, _) => false,
-            (_, Processed | Duplicate) => true,
+            (Strategy::AtMostOnce, _) => true,
+            (_, Processed | Duplicate | SetAside(_)) => true,
             (Strategy::AtLeastOnce(CommitOn::Persist), Failed(_) | Locked) => true,
             (_, Failed(_) | Locked) => false,
         }
@@ -68,7 +70,7 @@ mod tests {
     fn only_the_strategies_that_promise_it_acknowledge_a_failure() {
         let failed = Outcome::Failed(HandlerError::new(FailureKind::Panic, false, "x"));
         let table = [
-            (Strategy::AtMostOnce, [false, false, false, false]),
+            (Strategy::AtMostOnce, [true, true, true, true]),
             (
                 Strategy::AtLeastOnce(CommitOn::Persist),
                 [true, true, true, true],
@@ -86,7 +88,7 @@ mod tests {
                 failed.clone(),
                 Outcome::Locked,
             ]
-            .map(|o| strategy.commits_after(&o));
+            .map(|o| strategy.acknowledges(&o));
             assert_eq!(got, expected, "{strategy}");
         }
         assert!(Strategy::AtMostOnce.commits_before());

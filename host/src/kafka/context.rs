@@ -1,20 +1,30 @@
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc as sync_mpsc, Arc, Mutex, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 use rdkafka::config::RDKafkaLogLevel;
+use rdkafka::consumer::base_consumer::PartitionQueue;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer as _, ConsumerContext, Rebalance};
 use rdkafka::error::{KafkaError, KafkaResult};
 use rdkafka::{ClientContext, TopicPartitionList};
 use tokio::sync::{mpsc, watch};
 
-use super::consumer::ConsumerSettings;
-use super::partition::PartitionStream;
-use super::IdSources;
+use super::settings::{ConsumerSettings, MAX_POLL_INTERVAL_MS, SESSION_TIMEOUT_MS};
 
 /// A topic and partition.
 pub(super) type Partition = (String, i32);
+
+/// A partition just assigned: its own queue, split off the consumer, and the
+/// two ends of its handoff (the consumer makes a [`super::PartitionStream`] of it).
+pub(super) struct Assignment {
+    pub partition: Partition,
+    pub queue: PartitionQueue<GroupContext>,
+    pub consumer: Arc<BaseConsumer<GroupContext>>,
+    pub stop: watch::Receiver<bool>,
+    /// Dropped when the worker lets go of the partition.
+    pub holding: sync_mpsc::SyncSender<()>,
+}
 
 /// What a rebalance needs to take a partition back from its worker: a way to
 /// ask it to stop, and a channel that disconnects once the worker has let go.
@@ -30,10 +40,8 @@ struct Handoff {
 /// unassigns the partition.
 pub(super) struct GroupContext {
     consumer: OnceLock<Weak<BaseConsumer<GroupContext>>>,
-    streams: mpsc::UnboundedSender<PartitionStream>,
+    assignments: mpsc::UnboundedSender<Assignment>,
     handoffs: Mutex<HashMap<Partition, Handoff>>,
-    ids: Arc<IdSources>,
-    warned_coordinates: Arc<Mutex<HashSet<String>>>,
     revoke_grace: Duration,
     commits_failing: AtomicBool,
     client_failing: Arc<AtomicBool>,
@@ -59,17 +67,6 @@ pub(super) struct Membership {
     /// Asks the poll thread to leave and join again.
     rejoin: AtomicBool,
 }
-
-/// The group session timeout the host sets (classic protocol): Kafka's
-/// smallest by default (`group.min.session.timeout.ms`), so a killed member's
-/// partitions move soon; chosen by measurement (docs/deploy.md).
-pub const SESSION_TIMEOUT_MS: u64 = 6_000;
-
-/// `max.poll.interval.ms`: also the rebalance timeout, and with 3 s more how
-/// long librdkafka waits for a JoinGroup reply before it asks again. The poll
-/// thread never stops polling except in a revoke, which waits at most the
-/// revoke grace (5 s).
-pub const MAX_POLL_INTERVAL_MS: u64 = 10_000;
 
 /// A rebalance that goes well ends within a session timeout or two (a
 /// departed member is waited for that long, and a cooperative rebalance that
@@ -136,14 +133,12 @@ const COMMIT_SPACING: Duration = Duration::from_millis(100);
 impl GroupContext {
     pub fn new(
         settings: &ConsumerSettings,
-        streams: mpsc::UnboundedSender<PartitionStream>,
+        assignments: mpsc::UnboundedSender<Assignment>,
     ) -> Self {
         Self {
             consumer: OnceLock::new(),
-            streams,
+            assignments,
             handoffs: Mutex::new(HashMap::new()),
-            ids: Arc::new(settings.id_sources.clone()),
-            warned_coordinates: Arc::default(),
             revoke_grace: settings.revoke_grace,
             commits_failing: AtomicBool::new(false),
             client_failing: Arc::new(AtomicBool::new(false)),
@@ -225,17 +220,15 @@ impl GroupContext {
             };
             let (stop, stopped) = watch::channel(false);
             let (holding, released) = sync_mpsc::sync_channel(0);
-            let stream = PartitionStream::new(
-                (topic.clone(), partition),
+            let assignment = Assignment {
+                partition: (topic.clone(), partition),
                 queue,
-                consumer.clone(),
-                stopped,
+                consumer: consumer.clone(),
+                stop: stopped,
                 holding,
-                self.ids.clone(),
-                self.warned_coordinates.clone(),
-            );
+            };
             handoffs.insert((topic, partition), Handoff { stop, released });
-            let _ = self.streams.send(stream);
+            let _ = self.assignments.send(assignment);
         }
     }
 

@@ -14,20 +14,22 @@ mod partition;
 mod producer;
 mod publisher;
 mod record;
+mod settings;
 mod snapshot;
 
 pub use admin::topic_retention;
-pub use consumer::{
-    check_config, check_extra, Consumer, ConsumerSettings, GroupHealth, DEFAULT_REVOKE_GRACE,
-    OWNED_PROPERTIES,
-};
-pub use context::{MAX_POLL_INTERVAL_MS, NOTICE_AFTER, REJOIN_AFTER, SESSION_TIMEOUT_MS};
+pub use consumer::{Consumer, GroupHealth};
+pub use context::{NOTICE_AFTER, REJOIN_AFTER};
 pub use error::{KafkaError, KafkaResult};
 pub use message_id::{IdSource, IdSources};
 pub use partition::{PartitionStream, Watermark};
 pub use producer::{committed_offset, committed_offsets, high_watermarks, produce, OutgoingRecord};
 pub use publisher::{check_topic_name, Publication, Publisher};
 pub use record::{Record, RecordHeader};
+pub use settings::{
+    check_config, check_extra, ConsumerSettings, DEFAULT_REVOKE_GRACE, MAX_POLL_INTERVAL_MS,
+    OWNED_PROPERTIES, SESSION_TIMEOUT_MS,
+};
 pub use snapshot::{read_recent, Start};
 
 /// The version of librdkafka linked in (for `--version` and build info).

@@ -8,7 +8,7 @@ use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer as _};
 use rdkafka::{Offset, TopicPartitionList};
 use tokio::sync::{watch, Notify};
 
-use super::context::{GroupContext, Partition};
+use super::context::{Assignment, GroupContext, Partition};
 use super::{IdSources, Record};
 
 /// The records of one assigned partition, in offset order, for one worker.
@@ -33,14 +33,17 @@ pub struct PartitionStream {
 
 impl PartitionStream {
     pub(super) fn new(
-        partition: Partition,
-        mut queue: PartitionQueue<GroupContext>,
-        consumer: Arc<BaseConsumer<GroupContext>>,
-        stop: watch::Receiver<bool>,
-        holding: sync_mpsc::SyncSender<()>,
+        assignment: Assignment,
         ids: Arc<IdSources>,
         warned_coordinates: Arc<Mutex<HashSet<String>>>,
     ) -> Self {
+        let Assignment {
+            partition,
+            mut queue,
+            consumer,
+            stop,
+            holding,
+        } = assignment;
         let arrived = Arc::new(Notify::new());
         let wake = arrived.clone();
         queue.set_nonempty_callback(move || wake.notify_one());

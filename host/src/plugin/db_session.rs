@@ -1,9 +1,11 @@
-//! The host side of the WIT `db` interface: every call runs on the message's
-//! inbox transaction, through sqlx's extended protocol.
+//! The host side of the WIT `db` interface (and of `outbox`, which shares its
+//! session): every `db` call runs on the message's inbox transaction, through
+//! sqlx's extended protocol.
 
 use std::future::Future;
 use std::sync::Arc;
 
+use super::bindings::inbox::host::outbox::{self, Message, PublishError};
 use super::bindings::inbox::host::{db, types};
 use super::bindings::{DbError, Rows, Value};
 use super::clock::GuestClock;
@@ -76,6 +78,12 @@ impl DbSession {
 pub(crate) struct ConnectionLost(pub sqlx::Error);
 
 impl types::Host for DbSession {}
+
+impl outbox::Host for DbSession {
+    async fn publish(&mut self, message: Message) -> wasmtime::Result<Result<(), PublishError>> {
+        Ok(self.outbox.publish(message))
+    }
+}
 
 impl db::Host for DbSession {
     async fn execute(

@@ -1,9 +1,9 @@
-//! The host side of the WIT `outbox` interface: what a guest publishes is checked
-//! against its limits and kept for the runner, which stores it in the inbox
-//! transaction when the handler succeeds.
+//! What a guest publishes through the WIT `outbox` interface (bound on
+//! `DbSession` in `db_session.rs`): checked against its limits and kept for
+//! the runner, which stores it in the inbox transaction when the handler
+//! succeeds.
 
-use super::bindings::inbox::host::outbox::{self, Message, PublishError};
-use super::db_session::DbSession;
+use super::bindings::inbox::host::outbox::{Message, PublishError};
 use super::limits::PublishLimits;
 use crate::inbox::{Header, Outgoing, RESERVED_HEADERS};
 
@@ -41,7 +41,17 @@ impl OutboxSession {
         std::mem::take(&mut self.published)
     }
 
-    fn publish(&mut self, message: Message) -> Result<(), PublishError> {
+    /// Keeps the message, or refuses it (the first refusal fails the run).
+    pub fn publish(&mut self, message: Message) -> Result<(), PublishError> {
+        let kept = self.keep(message);
+        if let Err(e) = &kept {
+            tracing::warn!(code = %e.code, "guest publication refused: {}", e.message);
+            self.refused.get_or_insert_with(|| e.clone());
+        }
+        kept
+    }
+
+    fn keep(&mut self, message: Message) -> Result<(), PublishError> {
         let refused = |code: &str, message: String| PublishError {
             code: code.to_string(),
             message,
@@ -110,16 +120,5 @@ impl OutboxSession {
             headers,
         });
         Ok(())
-    }
-}
-
-impl outbox::Host for DbSession {
-    async fn publish(&mut self, message: Message) -> wasmtime::Result<Result<(), PublishError>> {
-        let published = self.outbox.publish(message);
-        if let Err(e) = &published {
-            tracing::warn!(code = %e.code, "guest publication refused: {}", e.message);
-            self.outbox.refused.get_or_insert_with(|| e.clone());
-        }
-        Ok(published)
     }
 }

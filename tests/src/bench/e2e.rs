@@ -1,5 +1,6 @@
-//! The release binary against a fresh topic, timed from its first handled
-//! record to its last (the group join is left out), with its CPU and memory.
+//! The release binary against a fresh topic, timed between samples of its own
+//! counters, from the first with a record handled to the last before the end
+//! (the group join is left out), with its CPU and memory.
 
 use std::time::{Duration, Instant};
 
@@ -26,6 +27,11 @@ pub struct Run<'a> {
     pub relayed: bool,
     /// The consumer group (`None`: a fresh one per round, named as its topic).
     pub group: Option<&'a str>,
+    /// Where in its hour (UTC) each record is stamped (`None`: the time it is
+    /// produced). A claim looks into the neighbouring hour only for records
+    /// stamped near the hour's ends, so this says which path a round takes
+    /// whatever the clock shows.
+    pub minute_of_hour: Option<i64>,
 }
 
 /// Runs the binary over `messages` orders on a fresh topic of `PARTITIONS`
@@ -38,13 +44,14 @@ pub async fn end_to_end(
 ) -> Round {
     let topic = unique("bench");
     broker.create_topic(&topic, PARTITIONS).expect("topic");
+    let timestamp_ms = run.minute_of_hour.map(super::in_this_hour);
     let records: Vec<OutgoingRecord> = (0..messages)
         .map(|i| {
             let id = format!("{topic}-{i}");
             OutgoingRecord {
                 topic: topic.clone(),
                 partition: None,
-                timestamp_ms: None,
+                timestamp_ms,
                 key: Some(id.clone().into_bytes()),
                 headers: vec![("message_id".into(), id.clone().into_bytes())],
                 payload: serde_json::json!({ "order_id": id, "amount": 1 })
@@ -53,10 +60,11 @@ pub async fn end_to_end(
             }
         })
         .collect();
-    let produced_at = std::time::SystemTime::now()
+    let stamped_from = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .expect("clock")
-        .as_secs_f64();
+        .as_secs_f64()
+        .min(timestamp_ms.map_or(f64::MAX, |ms| ms as f64 / 1e3));
     kafka::produce(broker.bootstrap(), &records)
         .await
         .expect("produce");
@@ -82,53 +90,62 @@ pub async fn end_to_end(
             ("RUST_LOG", "warn,inbox_host::app=info"),
         ],
     );
-    // Progress from the host's own counters: a count(*) over the inbox (no
-    // index on the group) every few milliseconds would cost PostgreSQL more
-    // CPU than the host it measures.
-    let handled = |host: &Host| {
-        host.metric_sum("inbox_host_messages_total", "outcome=\"processed\"")
-            .unwrap_or(0.0) as usize
-    };
-    let done = |host: &Host| {
-        let relayed = !run.relayed
-            || host
+    // Progress from the host's own counters (a count(*) over the inbox every
+    // few milliseconds would cost PostgreSQL more CPU than the host it
+    // measures), sampled every SAMPLE_EVERY: rare enough that the scrapes are no
+    // load the in-process ceiling does not carry. The rate runs from the first
+    // sample with a record handled to the last sample before the end, so the
+    // sampling interval adds no error at either end.
+    let progress = |host: &Host| {
+        let handled = host
+            .metric_sum("inbox_host_messages_total", "outcome=\"processed\"")
+            .unwrap_or(0.0) as usize;
+        if run.relayed {
+            let relayed = host
                 .metric("inbox_host_relay_messages_total")
-                .unwrap_or(0.0) as usize
-                >= messages;
-        relayed && handled(host) >= messages
+                .unwrap_or(0.0) as usize;
+            handled.min(relayed)
+        } else {
+            handled
+        }
     };
     let deadline = Instant::now() + Duration::from_secs(600);
-    let (first_count, first, cpu_first) = loop {
-        let n = handled(&host);
-        if n > 0 {
-            break (n, Instant::now(), cpu_seconds(host.pid()));
-        }
-        assert!(
-            Instant::now() < deadline && host.is_running(),
-            "no record handled:\n{}",
-            host.log()
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    };
-    while !done(&host) {
+    let mut first: Option<Sample> = None;
+    let mut last: Option<Sample> = None;
+    loop {
         assert!(
             Instant::now() < deadline && host.is_running(),
             "stalled:\n{}",
             host.log()
         );
-        tokio::time::sleep(Duration::from_millis(10)).await;
+        let sample = Sample {
+            done: progress(&host),
+            at: Instant::now(),
+            cpu: cpu_seconds(host.pid()),
+        };
+        if sample.done >= messages {
+            break;
+        }
+        if sample.done > 0 {
+            first.get_or_insert(sample);
+            last = Some(sample);
+        }
+        tokio::time::sleep(SAMPLE_EVERY).await;
     }
-    let (last, cpu_last) = (Instant::now(), cpu_seconds(host.pid()));
+    let (first, last) = match (first, last) {
+        (Some(first), Some(last)) if last.done > first.done => (first, last),
+        _ => panic!("the round ended within one {SAMPLE_EVERY:?} sample: raise BENCH_MESSAGES"),
+    };
     let peak_rss_mb = peak_rss_mb(host.pid());
     // This round's rows: its records' topic, in the hours since they were
-    // produced (the partitions of earlier hours are not read).
+    // produced or stamped (the partitions of earlier hours are not read).
     let stored: i64 = sqlx::query_scalar(
         "SELECT count(*) FROM inbox_host.inbox
          WHERE consumer_group = $1 AND topic = $2 AND record_at >= to_timestamp($3) - interval '1 minute'",
     )
     .bind(group)
     .bind(&topic)
-    .bind(produced_at)
+    .bind(stamped_from)
     .fetch_one(&db.pool)
     .await
     .expect("count");
@@ -137,12 +154,23 @@ pub async fn end_to_end(
         "the host counted every record processed; the inbox must hold them all"
     );
     assert!(host.stop(), "{}", host.log());
-    let counted = (messages - first_count) as f64;
+    let counted = (last.done - first.done) as f64;
     Round {
-        per_second: counted / (last - first).as_secs_f64(),
-        cpu_us_per_message: (cpu_last - cpu_first) * 1e6 / counted,
+        per_second: counted / (last.at - first.at).as_secs_f64(),
+        cpu_us_per_message: (last.cpu - first.cpu) * 1e6 / counted,
         peak_rss_mb,
     }
+}
+
+/// How often the round reads the host's progress from `/metrics`.
+const SAMPLE_EVERY: Duration = Duration::from_millis(50);
+
+/// The host's progress at one moment of a round.
+#[derive(Clone, Copy)]
+struct Sample {
+    done: usize,
+    at: Instant,
+    cpu: f64,
 }
 
 /// CPU seconds this benchmark process has used so far.

@@ -11,7 +11,7 @@ use sqlx::PgPool;
 
 use crate::app::consume::{Pipeline, StopWhen};
 use crate::app::database::{connect, connect_in};
-use crate::app::delivery::{Delivery, Verdict};
+use crate::app::delivery::Delivery;
 use crate::app::relay::{self, RelayStatus};
 use crate::cli::LabArgs;
 use crate::embedded::NativeBilling;
@@ -187,7 +187,7 @@ impl Stage {
                 "delivery {}: processed={} duplicate={} committed={} invoices={}",
                 n + 1,
                 is_processed(&delivery),
-                delivery.verdict == Verdict::Handled(Outcome::Duplicate),
+                delivery.outcome == Outcome::Duplicate,
                 self.committed_past(&group, &topic, *offset).await?,
                 self.invoices(&id).await?
             ));
@@ -346,5 +346,5 @@ impl Stage {
 }
 
 fn is_processed(delivery: &Delivery) -> bool {
-    delivery.verdict == Verdict::Handled(Outcome::Processed)
+    delivery.outcome == Outcome::Processed
 }

@@ -64,17 +64,17 @@ pub enum Step {
 /// Whether a failed attempt with this outcome is counted (in
 /// `inbox_host.attempts`) before deciding: only when the record may be retried.
 pub fn counts_attempt(outcome: &Outcome, strategy: Strategy) -> bool {
-    matches!(outcome, Outcome::Failed(_)) && !acknowledged_anyway(outcome, strategy)
+    matches!(outcome, Outcome::Failed(_)) && !strategy.acknowledges(outcome)
 }
 
 /// The one decision. `attempts` counts this record's failures so far, this one
 /// included (locked attempts too).
 pub fn decide(outcome: &Outcome, attempts: u32, policy: &RetryPolicy, strategy: Strategy) -> Step {
-    if acknowledged_anyway(outcome, strategy) {
+    if strategy.acknowledges(outcome) {
         return Step::Acknowledge;
     }
     match outcome {
-        Outcome::Processed | Outcome::Duplicate => Step::Acknowledge,
+        Outcome::Processed | Outcome::Duplicate | Outcome::SetAside(_) => Step::Acknowledge,
         Outcome::Locked => Step::RetryAfter(policy.backoff.delay(attempts)),
         Outcome::Failed(error) => {
             let budget = if error.retryable {
@@ -97,13 +97,6 @@ pub fn decide(outcome: &Outcome, attempts: u32, policy: &RetryPolicy, strategy: 
             }
         }
     }
-}
-
-/// The strategy acknowledges this outcome whatever it is: at-most-once
-/// committed before handling, at-least-once on-persist commits after any
-/// transaction, and every strategy acknowledges what committed.
-fn acknowledged_anyway(outcome: &Outcome, strategy: Strategy) -> bool {
-    strategy.commits_before() || strategy.commits_after(outcome)
 }
 
 #[cfg(test)]

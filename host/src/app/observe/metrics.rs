@@ -17,7 +17,6 @@ use sqlx::PgPool;
 
 use super::progress::Partitions;
 use super::sampled::Sampled;
-use crate::app::delivery::Verdict;
 use crate::app::relay::RelayStatus;
 use crate::inbox::{FailureKind, Outcome};
 use crate::kafka::GroupHealth;
@@ -179,29 +178,22 @@ impl Metrics {
         reasons
     }
 
-    pub fn record(&self, verdict: &Verdict) {
-        match verdict {
-            Verdict::Handled(Outcome::Failed(e)) if e.kind == FailureKind::Database => {
-                self.database_reachable(false)
-            }
-            Verdict::Handled(o) if o.committed() => self.database_reachable(true),
+    pub fn record(&self, outcome: &Outcome) {
+        match outcome {
+            Outcome::Failed(e) if e.kind == FailureKind::Database => self.database_reachable(false),
+            o if o.committed() => self.database_reachable(true),
             _ => {}
         }
         let counts = &self.counts;
-        let (labels, total): (OutcomeLabels, Option<&AtomicU64>) = match verdict {
-            Verdict::Handled(Outcome::Failed(e)) => (
+        let (labels, total): (OutcomeLabels, Option<&AtomicU64>) = match outcome {
+            Outcome::Failed(e) => (
                 vec![("outcome", "failed"), ("kind", e.kind.as_str())],
                 Some(&counts.failures),
             ),
-            Verdict::Handled(o) => {
-                let total = match o {
-                    Outcome::Processed => Some(&counts.processed),
-                    Outcome::Duplicate => Some(&counts.duplicates),
-                    _ => None,
-                };
-                (vec![("outcome", o.label())], total)
-            }
-            Verdict::SetAside(_) => (vec![("outcome", "set_aside")], Some(&counts.set_aside)),
+            Outcome::Processed => (vec![("outcome", "processed")], Some(&counts.processed)),
+            Outcome::Duplicate => (vec![("outcome", "duplicate")], Some(&counts.duplicates)),
+            Outcome::SetAside(_) => (vec![("outcome", "set_aside")], Some(&counts.set_aside)),
+            Outcome::Locked => (vec![("outcome", "locked")], None),
         };
         self.messages.get_or_create(&labels).inc();
         if let Some(total) = total {

@@ -3,6 +3,7 @@
 //! and the progress line in the log. Everything here reads what the consume
 //! path reports; nothing here decides.
 
+mod families;
 mod metrics;
 mod progress;
 mod relay_metrics;

@@ -7,7 +7,7 @@ use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
 
-use super::sampled::{counter, gauge};
+use super::families::{counter, gauge};
 use crate::app::relay::RelayStatus;
 
 /// Writes the relay's samples: backlog, oldest age, sent, errors, leadership.

@@ -1,6 +1,5 @@
 //! What is read, not counted, at each scrape: partitions and their lag, the
-//! database pool, the plugin, the group and the outbox relay; and the helpers
-//! that write one sampled family.
+//! database pool, the plugin, the group and the outbox relay.
 
 use std::sync::{Arc, OnceLock};
 
@@ -11,6 +10,7 @@ use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
 use sqlx::PgPool;
 
+use super::families::{counter, gauge};
 use super::progress::Partitions;
 use crate::app::relay::RelayStatus;
 use crate::kafka::GroupHealth;
@@ -120,31 +120,4 @@ fn partition_labels(topic: &str, partition: i32) -> Vec<(&'static str, String)> 
         ("topic", topic.to_string()),
         ("partition", partition.to_string()),
     ]
-}
-
-pub(super) fn gauge(
-    encoder: &mut DescriptorEncoder,
-    name: &str,
-    help: &str,
-    samples: impl IntoIterator<Item = (Vec<(&'static str, String)>, i64)>,
-) -> Result<(), std::fmt::Error> {
-    let mut family = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
-    for (labels, value) in samples {
-        if labels.is_empty() {
-            // One unlabelled sample (an empty label set would print `{}`).
-            return ConstGauge::new(value).encode(family);
-        }
-        ConstGauge::new(value).encode(family.encode_family(&labels)?)?;
-    }
-    Ok(())
-}
-
-pub(super) fn counter(
-    encoder: &mut DescriptorEncoder,
-    name: &str,
-    help: &str,
-    value: u64,
-) -> Result<(), std::fmt::Error> {
-    let family = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
-    ConstCounter::new(value).encode(family)
 }

@@ -18,7 +18,6 @@ use opentelemetry_sdk::propagation::TraceContextPropagator;
 use opentelemetry_sdk::trace::{SdkTracer, SdkTracerProvider};
 use opentelemetry_sdk::Resource;
 
-use crate::app::delivery::Verdict;
 use crate::inbox::{Header, Message, Outcome};
 
 const ENDPOINT: &str = "OTEL_EXPORTER_OTLP_ENDPOINT";
@@ -87,7 +86,7 @@ impl Traces {
     }
 
     /// Ends the span of one attempt at `message`, now, with what became of it.
-    pub fn attempt(&self, message: &Message, attempt: &Attempt<'_>, verdict: &Verdict) {
+    pub fn attempt(&self, message: &Message, attempt: &Attempt<'_>, outcome: &Outcome) {
         let parent = self.propagator.extract(&HeaderExtractor(&message.headers));
         let mut attributes = vec![
             KeyValue::new("messaging.system", "kafka"),
@@ -113,14 +112,12 @@ impl Traces {
                 message.message_id.clone(),
             ));
         }
-        let (outcome, error) = match verdict {
-            Verdict::Handled(Outcome::Failed(e)) => {
-                ("failed", Some((e.kind.as_str(), e.to_string())))
-            }
-            Verdict::Handled(outcome) => (outcome.label(), None),
-            Verdict::SetAside(why) => ("set_aside", Some(("set_aside", why.clone()))),
+        let error = match outcome {
+            Outcome::Failed(e) => Some((e.kind.as_str(), e.to_string())),
+            Outcome::SetAside(why) => Some(("set_aside", why.clone())),
+            _ => None,
         };
-        attributes.push(KeyValue::new("inbox_host.outcome", outcome));
+        attributes.push(KeyValue::new("inbox_host.outcome", outcome.label()));
         if let Some((kind, _)) = &error {
             attributes.push(KeyValue::new("error.type", *kind));
         }

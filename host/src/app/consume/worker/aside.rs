@@ -7,7 +7,6 @@ use std::time::Duration;
 use super::Worker;
 use crate::app::consume::decide;
 use crate::app::consume::source::HandlerSource;
-use crate::app::delivery::Verdict;
 use crate::inbox::{self, DeadLetter, Outcome};
 
 impl<S: HandlerSource> Worker<S> {
@@ -112,7 +111,7 @@ impl<S: HandlerSource> Worker<S> {
         if let Some(metrics) = &self.shared.metrics {
             metrics.dead_letter(aside.kind);
         }
-        self.report(message, Verdict::SetAside(aside.reason.clone()), true);
+        self.report(message, Outcome::SetAside(aside.reason.clone()), true);
         true
     }
 }

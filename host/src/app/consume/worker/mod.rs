@@ -22,7 +22,7 @@ use super::decide::{self, Step};
 use super::failpoint;
 use super::pending::{Aside, Pending};
 use super::source::{HandlerSource, PipelineLimits};
-use crate::app::delivery::{Delivery, Verdict};
+use crate::app::delivery::Delivery;
 use crate::app::observe::{Attempt, Metrics, Traces, Tracked};
 use crate::app::relay::{RelayStatus, BACKLOG_EVERY};
 use crate::inbox::{FailureKind, Handler, Message, Outcome, Runner};
@@ -314,7 +314,7 @@ impl<S: HandlerSource> Worker<S> {
                 done += 1;
                 let message = &self.pending[at].message;
                 tracing::debug!(offset = message.offset, message_id = %message.message_id, outcome = outcome.label(), "done");
-                self.report(message, Verdict::Handled(outcome), true);
+                self.report(message, outcome, true);
                 continue;
             }
             if done > 0 {
@@ -330,11 +330,11 @@ impl<S: HandlerSource> Worker<S> {
                             "message failed; acknowledged anyway by the strategy ({strategy}), not retried");
                     }
                     done += 1;
-                    self.report(message, Verdict::Handled(outcome), true);
+                    self.report(message, outcome, true);
                 }
                 Step::RetryAfter(delay) => {
                     log_retry(message, &outcome, attempts, delay);
-                    self.report(message, Verdict::Handled(outcome), false);
+                    self.report(message, outcome, false);
                     return (done, Some(delay));
                 }
                 Step::SetAside(reason) => {
@@ -377,22 +377,22 @@ impl<S: HandlerSource> Worker<S> {
         self.shared.limits.retry.backoff.delay(self.attempts)
     }
 
-    fn report(&self, message: &Message, verdict: Verdict, committed: bool) {
+    fn report(&self, message: &Message, outcome: Outcome, acknowledged: bool) {
         if let Some(traces) = &self.shared.traces {
             let attempt = Attempt {
                 started: self.started,
                 plugin: &self.plugin,
             };
-            traces.attempt(message, &attempt, &verdict);
+            traces.attempt(message, &attempt, &outcome);
         }
         if let Some(left) = &self.shared.budget {
             let _ = left.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
         }
         if let Some(metrics) = &self.shared.metrics {
-            metrics.record(&verdict);
+            metrics.record(&outcome);
         }
         if let Some(deliveries) = &self.shared.deliveries {
-            let _ = deliveries.send(Delivery::of(message, verdict, committed));
+            let _ = deliveries.send(Delivery::of(message, outcome, acknowledged));
         }
     }
 }
@@ -410,6 +410,6 @@ fn log_retry(message: &Message, outcome: &Outcome, attempt: u32, delay: Duration
             error = %e.message,
             "message failed; rolled back, offset not stored, retrying it in place"
         ),
-        Outcome::Processed | Outcome::Duplicate => {}
+        Outcome::Processed | Outcome::Duplicate | Outcome::SetAside(_) => {}
     }
 }
