@@ -16,6 +16,7 @@ mod partitions;
 mod retention;
 mod rights;
 mod runner;
+mod runner_settings;
 mod schema;
 mod session;
 mod store;
@@ -36,8 +37,9 @@ pub use outcome::{FailureKind, Outcome};
 pub use partitions::{prepare as prepare_partitions, PREPARED_AHEAD, PREPARED_BEHIND};
 pub use retention::{prune, prune_attempts, prune_dead_letters, Pruned, ATTEMPTS_KEPT};
 pub use rights::{check_rights, RUNTIME_RIGHTS};
-pub use runner::{
-    Runner, RunnerSettings, DEFAULT_LOCK_TIMEOUT_MS, DEFAULT_STATEMENT_TIMEOUT_MS,
+pub use runner::Runner;
+pub use runner_settings::{
+    RunnerSettings, DEFAULT_LOCK_TIMEOUT_MS, DEFAULT_STATEMENT_TIMEOUT_MS,
     DEFAULT_TRANSACTION_TIMEOUT_MS,
 };
 pub use schema::{apply_example_tables, migrate};

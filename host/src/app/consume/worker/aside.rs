@@ -1,15 +1,49 @@
 //! Setting a record aside and the attempts that lead there: the worker's one
 //! owner of `inbox_host.attempts` (counted in `count_attempt`, removed in
-//! `forget_attempts`) and of the dead-letter table and topic.
+//! `forget_attempts`) and of the dead-letter table and topic; and what a panic
+//! in the worker sets aside (`recover`).
 
 use std::time::Duration;
 
 use super::Worker;
 use crate::app::consume::decide;
+use crate::app::consume::pending::Aside;
 use crate::app::consume::source::HandlerSource;
-use crate::inbox::{self, DeadLetter, Outcome};
+use crate::inbox::{self, DeadLetter, FailureKind, Outcome};
 
 impl<S: HandlerSource> Worker<S> {
+    /// After a panic in [`Worker::work`]: a batch in flight is taken apart (its
+    /// records go one at a time); a record in flight alone is set aside with
+    /// the panic as its reason. A panic while setting one aside is retried after
+    /// a backoff. Returns that delay.
+    pub(super) fn recover(&mut self, panic: &str) -> Option<Duration> {
+        let in_flight = std::mem::take(&mut self.in_flight);
+        tracing::error!(
+            topic = self.stream.topic(),
+            partition = self.stream.partition(),
+            in_flight,
+            panic,
+            "the host panicked in a partition worker; the worker goes on"
+        );
+        if in_flight > 1 {
+            self.alone_for = in_flight;
+            return None;
+        }
+        let attempts = self.attempts + 1;
+        match self.pending.front_mut() {
+            Some(head) if in_flight == 1 && head.aside.is_none() => {
+                head.aside = Some(Aside {
+                    reason: format!("the host panicked while handling this record: {panic}"),
+                    kind: FailureKind::HostPanic.as_str(),
+                    attempts,
+                });
+                None
+            }
+            Some(_) => Some(self.retry_delay()),
+            None => None,
+        }
+    }
+
     /// Sets the head aside as decided; on failure, only the set-aside is tried
     /// again after a backoff, never the handler.
     pub(super) async fn set_aside_head(&mut self) -> Option<Duration> {

@@ -25,7 +25,7 @@ use super::source::{HandlerSource, PipelineLimits};
 use crate::app::delivery::Delivery;
 use crate::app::observe::{Attempt, Metrics, Traces, Tracked};
 use crate::app::relay::{RelayStatus, BACKLOG_EVERY};
-use crate::inbox::{FailureKind, Handler, Message, Outcome, Runner};
+use crate::inbox::{Handler, Message, Outcome, Runner};
 use crate::kafka::{PartitionStream, Record};
 
 /// What every worker of a pipeline shares.
@@ -161,38 +161,6 @@ impl<S: HandlerSource> Worker<S> {
                     () = self.stream.stopped() => return,
                 }
             }
-        }
-    }
-
-    /// After a panic in [`Worker::work`]: a batch in flight is taken apart (its
-    /// records go one at a time); a record in flight alone is set aside with
-    /// the panic as its reason. A panic while setting one aside is retried after
-    /// a backoff. Returns that delay.
-    fn recover(&mut self, panic: &str) -> Option<Duration> {
-        let in_flight = std::mem::take(&mut self.in_flight);
-        tracing::error!(
-            topic = self.stream.topic(),
-            partition = self.stream.partition(),
-            in_flight,
-            panic,
-            "the host panicked in a partition worker; the worker goes on"
-        );
-        if in_flight > 1 {
-            self.alone_for = in_flight;
-            return None;
-        }
-        let attempts = self.attempts + 1;
-        match self.pending.front_mut() {
-            Some(head) if in_flight == 1 && head.aside.is_none() => {
-                head.aside = Some(Aside {
-                    reason: format!("the host panicked while handling this record: {panic}"),
-                    kind: FailureKind::HostPanic.as_str(),
-                    attempts,
-                });
-                None
-            }
-            Some(_) => Some(self.retry_delay()),
-            None => None,
         }
     }
 
