@@ -33,6 +33,7 @@ fn runner(db: &TestDb, transaction_timeout: Duration) -> Runner {
             statement_timeout: Duration::from_secs(1),
             transaction_timeout,
             guest_role: Some(inbox::DEFAULT_GUEST_ROLE.into()),
+            resend_window: Duration::from_secs(inbox::DEFAULT_RESEND_WINDOW_SECS),
         },
     )
 }

@@ -17,6 +17,7 @@ pub fn runner(db: &TestDb) -> Runner {
             statement_timeout: Duration::from_secs(5),
             transaction_timeout: Duration::from_secs(30),
             guest_role: Some(inbox::DEFAULT_GUEST_ROLE.into()),
+            resend_window: Duration::from_secs(inbox::DEFAULT_RESEND_WINDOW_SECS),
         },
     )
 }

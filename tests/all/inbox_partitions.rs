@@ -1,5 +1,6 @@
 //! The partitioned inbox through the real binary: deduplication across a
-//! partition boundary (sequential and concurrent), retention that drops whole
+//! partition boundary (sequential and concurrent, and what
+//! `--resend-window-secs 0` gives up), retention that drops whole
 //! partitions and keeps every row inside its window, and the upgrade from a
 //! 0.3 inbox.
 
@@ -109,6 +110,32 @@ async fn a_record_is_a_duplicate_whichever_side_of_a_partition_boundary_its_copi
             .await,
         2
     );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn without_a_resend_window_an_id_sent_again_across_the_hour_is_new_and_within_it_still_a_duplicate(
+) {
+    let stage = Stage::new(1).await;
+    let boundary = now_ms() / HOUR_MS * HOUR_MS;
+    stage
+        .produce(vec![
+            order_at(&stage, "across", 0, boundary - 100),
+            order_at(&stage, "within", 0, boundary + 100),
+        ])
+        .await;
+    let no_window = ["--resend-window-secs", "0"];
+    let host = stage.spawn_host(&plugin("billing"), &no_window);
+    committed_to(&stage, 0, 2).await;
+    // Each id sent again as a new record, 100 ms after the hour turned.
+    stage
+        .produce(vec![
+            order_at(&stage, "across", 0, boundary + 100),
+            order_at(&stage, "within", 0, boundary + 200),
+        ])
+        .await;
+    committed_to(&stage, 0, 4).await;
+    assert_eq!(invoices(&stage, "across").await, 2, "{}", host.log());
+    assert_eq!(invoices(&stage, "within").await, 1, "{}", host.log());
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -45,6 +45,7 @@ impl Arena {
                 statement_timeout,
                 transaction_timeout: Duration::from_secs(30),
                 guest_role: Some(inbox::DEFAULT_GUEST_ROLE.into()),
+                resend_window: Duration::from_secs(inbox::DEFAULT_RESEND_WINDOW_SECS),
             },
         );
         // A message handled earlier: attacks on the inbox must leave it alone.

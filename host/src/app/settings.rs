@@ -7,7 +7,7 @@ use std::time::Duration;
 use anyhow::bail;
 
 use crate::cli::{CommitOnArg, RunArgs, StrategyArg};
-use crate::inbox::{CommitOn, RunnerSettings, Strategy};
+use crate::inbox::{self, CommitOn, RunnerSettings, Strategy};
 use crate::kafka::{self, ConsumerSettings, IdSources};
 use crate::plugin::{PublishLimits, SandboxLimits};
 
@@ -173,6 +173,10 @@ impl RunSettings {
                 "--stall-after-secs must be at most 86400",
             ),
             (
+                args.resend_window_secs > inbox::MAX_RESEND_WINDOW_SECS,
+                "--resend-window-secs must be at most 1800 (a claim looks into the neighbouring hours only)",
+            ),
+            (
                 args.guest_memory_mib > 4096,
                 "--guest-memory-mib must be at most 4096 (a wasm32 memory holds 4 GiB)",
             ),
@@ -221,6 +225,7 @@ impl RunSettings {
                 statement_timeout: Duration::from_millis(args.statement_timeout_ms.max(1)),
                 transaction_timeout: Duration::from_millis(args.transaction_timeout_ms.max(1)),
                 guest_role: Some(args.guest_role).filter(|r| !r.trim().is_empty()),
+                resend_window: Duration::from_secs(args.resend_window_secs),
             },
             limits: PipelineLimits {
                 max_message_bytes: args.max_message_bytes,

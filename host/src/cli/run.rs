@@ -126,6 +126,13 @@ pub struct RunArgs {
     /// so no guest holds row locks longer (plus at most one statement timeout).
     #[arg(long, env = "INBOX_TRANSACTION_TIMEOUT_MS", default_value_t = inbox::DEFAULT_TRANSACTION_TIMEOUT_MS)]
     pub transaction_timeout_ms: u64,
+    /// How far apart, in seconds, two records of one message id may be stamped
+    /// across an hour boundary and still count as one message (within the same
+    /// hour they always do; every redelivery of a record always does). Claims of
+    /// records this close to an hour boundary take a slower path: 0 turns it off
+    /// (docs/semantics.md). At most 1800.
+    #[arg(long, env = "INBOX_RESEND_WINDOW_SECS", default_value_t = inbox::DEFAULT_RESEND_WINDOW_SECS)]
+    pub resend_window_secs: u64,
     /// The PostgreSQL role handler statements run under (SET LOCAL ROLE): grant it
     /// rights on your plugin's tables only. Created if missing and allowed. An
     /// empty value runs guests as the host's login: never do that in production.

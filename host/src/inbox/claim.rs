@@ -5,16 +5,21 @@
 use chrono::{DateTime, Utc};
 use sqlx::PgConnection;
 use std::collections::HashSet;
+use std::time::Duration;
 
 use super::store::{millis, sqlstate, ClaimBy, LOCK_NOT_AVAILABLE};
 use super::Message;
 
-/// How far apart two records' timestamps may be for one to be a duplicate of
-/// the other by message id alone (a producer that sends an id again as a new
-/// record). Every delivery of the same record is a duplicate however old (its
+/// By default, how far apart two records' timestamps may be for one to be a
+/// duplicate of the other by message id alone (a producer that sends an id
+/// again as a new record), across an hour boundary (`--resend-window-secs`).
+/// Every delivery of the same record is a duplicate however old (its
 /// timestamp, hence its partition, is the same), and so is every record of the
 /// same id stamped in the same hour.
-pub const RESEND_WINDOW_SECS: i64 = 600;
+pub const DEFAULT_RESEND_WINDOW_SECS: u64 = 600;
+
+/// The longest resend window: the lookup reaches into the neighbouring hours only.
+pub const MAX_RESEND_WINDOW_SECS: u64 = 1_800;
 
 const HOUR_MS: i64 = 3_600_000;
 
@@ -84,7 +89,7 @@ static CLAIM_ACROSS_HOURS: std::sync::LazyLock<String> =
 /// per message id (in one order, so batches never deadlock; the timeouts come
 /// first, so the wait ends as *locked*), then claims with a snapshot taken
 /// after those locks, looking the ids up in the neighbouring hours. Two
-/// records of one id stamped within [`RESEND_WINDOW_SECS`] in different hours
+/// records of one id stamped within the resend window in different hours
 /// are both such claims, so they wait for each other and the second finds the
 /// first (docs/semantics.md).
 pub(super) async fn claim_batch(
@@ -94,7 +99,7 @@ pub(super) async fn claim_batch(
 ) -> Result<BatchClaim, sqlx::Error> {
     let ids: Vec<&str> = messages.iter().map(|m| m.message_id.as_str()).collect();
     let stamps: Vec<Option<i64>> = messages.iter().map(|m| m.timestamp_ms).collect();
-    let neighbours = Neighbours::of(&stamps);
+    let neighbours = Neighbours::of(&stamps, by.resend_window);
     if neighbours.is_some() {
         let locked = sqlx::query(
             "SELECT set_config('lock_timeout', $2, true),
@@ -146,7 +151,7 @@ pub(super) async fn claim_batch(
             .bind(n.before.1)
             .bind(n.after.0)
             .bind(n.after.1)
-            .bind(RESEND_WINDOW_SECS as f64)
+            .bind(by.resend_window.as_secs_f64())
             .persistent(false),
     };
     let inserted: Result<Vec<(String, String, String)>, sqlx::Error> =
@@ -173,8 +178,8 @@ struct Neighbours {
 }
 
 impl Neighbours {
-    fn of(stamps: &[Option<i64>]) -> Option<Self> {
-        let window = RESEND_WINDOW_SECS * 1000;
+    fn of(stamps: &[Option<i64>], window: Duration) -> Option<Self> {
+        let window = i64::try_from(window.as_millis()).unwrap_or(HOUR_MS);
         let earliest = stamps.iter().flatten().copied().min()?;
         let latest = stamps.iter().flatten().copied().max()?;
         let (from, to) = (
@@ -210,6 +215,7 @@ mod tests {
 
     const MIN: i64 = 60_000;
     const H: i64 = 1_000 * HOUR_MS;
+    const TEN_MINUTES: Duration = Duration::from_secs(DEFAULT_RESEND_WINDOW_SECS);
 
     fn ms(t: DateTime<Utc>) -> i64 {
         t.timestamp_millis()
@@ -217,21 +223,26 @@ mod tests {
 
     #[test]
     fn a_batch_whose_windows_stay_in_its_hour_looks_nowhere_else() {
-        assert!(Neighbours::of(&[Some(H + 30 * MIN), Some(H + 40 * MIN)]).is_none());
-        assert!(Neighbours::of(&[None, None]).is_none());
-        assert!(Neighbours::of(&[]).is_none());
+        let of = |stamps: &[Option<i64>]| Neighbours::of(stamps, TEN_MINUTES);
+        assert!(of(&[Some(H + 30 * MIN), Some(H + 40 * MIN)]).is_none());
+        assert!(of(&[None, None]).is_none());
+        assert!(of(&[]).is_none());
+        // Without a window, only a batch that spans two hours looks outside.
+        let none = |stamps: &[Option<i64>]| Neighbours::of(stamps, Duration::ZERO);
+        assert!(none(&[Some(H), Some(H + 59 * MIN)]).is_none());
+        assert!(none(&[Some(H - 1), Some(H + 1)]).is_some());
     }
 
     #[test]
     fn a_batch_near_an_hour_boundary_looks_into_the_neighbouring_hour_only() {
-        let early = Neighbours::of(&[Some(H + 3 * MIN), None]).expect("reaches back");
+        let early = Neighbours::of(&[Some(H + 3 * MIN), None], TEN_MINUTES).expect("reaches back");
         assert_eq!(
             (ms(early.before.0), ms(early.before.1)),
             (H - 7 * MIN, H),
             "the previous hour's last 7 minutes"
         );
         assert!(ms(early.after.0) > ms(early.after.1), "nothing after");
-        let late = Neighbours::of(&[Some(H + 55 * MIN)]).expect("reaches ahead");
+        let late = Neighbours::of(&[Some(H + 55 * MIN)], TEN_MINUTES).expect("reaches ahead");
         assert!(ms(late.before.0) >= ms(late.before.1), "nothing before");
         assert_eq!(
             (ms(late.after.0), ms(late.after.1)),
@@ -241,7 +252,8 @@ mod tests {
 
     #[test]
     fn a_batch_spanning_two_hours_looks_at_its_whole_span() {
-        let n = Neighbours::of(&[Some(H + 50 * MIN), Some(H + 70 * MIN)]).expect("spans");
+        let n = Neighbours::of(&[Some(H + 50 * MIN), Some(H + 70 * MIN)], TEN_MINUTES)
+            .expect("spans");
         assert_eq!(ms(n.before.0), H + 40 * MIN);
         assert_eq!(ms(n.before.1), ms(n.after.0));
         assert_eq!(ms(n.after.1), H + 80 * MIN);

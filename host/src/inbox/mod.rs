@@ -22,6 +22,7 @@ mod session;
 mod store;
 mod strategy;
 
+pub use claim::{DEFAULT_RESEND_WINDOW_SECS, MAX_RESEND_WINDOW_SECS};
 pub use dead_letters::{
     claim_for_redrive, dead_letter, letter_ids, list_letters, show_letter, DeadLetter, LetterError,
     LetterFilter, LetterSummary, RedriveClaim, StoredLetter,

@@ -203,6 +203,7 @@ impl Runner {
             statement_timeout: self.settings.statement_timeout,
             transaction_timeout: self.settings.transaction_timeout,
             guest_role: self.settings.guest_role.as_deref(),
+            resend_window: self.settings.resend_window,
         }
     }
 

@@ -22,6 +22,9 @@ pub struct RunnerSettings {
     /// The least-privileged role handler statements run under; `None` runs them
     /// as the host's own login (only for trusted native handlers).
     pub guest_role: Option<String>,
+    /// How far apart two records of one message id may be stamped, across an
+    /// hour boundary, and still be one message (within an hour they always are).
+    pub resend_window: Duration,
 }
 
 /// The CLI's defaults for the runner's timeouts (`--lock-timeout-ms`,
@@ -42,6 +45,7 @@ impl RunnerSettings {
             statement_timeout: Duration::from_millis(DEFAULT_STATEMENT_TIMEOUT_MS),
             transaction_timeout: Duration::from_millis(DEFAULT_TRANSACTION_TIMEOUT_MS),
             guest_role: Some(super::DEFAULT_GUEST_ROLE.to_string()),
+            resend_window: Duration::from_secs(super::DEFAULT_RESEND_WINDOW_SECS),
         }
     }
 }

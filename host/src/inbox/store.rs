@@ -21,6 +21,9 @@ pub(super) struct ClaimBy<'a> {
     pub transaction_timeout: Duration,
     /// The role the handler's statements run under (`SET LOCAL ROLE`).
     pub guest_role: Option<&'a str>,
+    /// How far apart, across an hour boundary, two records of one id are
+    /// still one message (`--resend-window-secs`).
+    pub resend_window: Duration,
 }
 
 /// Sets the transaction's timeouts and the guest role without an inbox row;
