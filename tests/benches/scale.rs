@@ -3,13 +3,17 @@
 //! against an inbox that already holds 0, 10 million and 50 million rows of
 //! that group, their records' timestamps spread over the past seven days (an
 //! inbox that took them in over a week); then at 50 million while the oldest
-//! partitions are dropped, one a second; then the worst case, 10 million rows
-//! stamped in the current hour (the partition every new record goes to).
-//! Each round's records are stamped in the middle of the current hour (a
-//! claim's common path, whatever minute the round runs); the empty inbox and
-//! the largest are also measured with records stamped a minute past the hour,
-//! whose claims take the slow path (a lock per id and a look into the previous
-//! hour), as a third of each hour's records do. Throughput and WAL bytes per
+//! partitions are dropped, one a second; then the worst case, an hour that
+//! holds 10 million rows being written to.
+//! Each row's records are stamped in an hour of their own before the run
+//! began, so a row writes to a partition holding only what the fill put there
+//! (1/168 of the inbox, as the current hour would at that rate), never the
+//! rows of earlier rows. They are stamped in the middle of that hour (a claim's
+//! common path); the empty inbox and the largest are also measured with
+//! records stamped a minute past the hour, whose claims take the slow path (a
+//! lock per id and a look into the previous hour), as a third of each hour's
+//! records do with the default resend window. Last, the worst case again with
+//! `wal_compression = lz4` (docs/sizing.md). Throughput and WAL bytes per
 //! message, medians of the rounds, as ratios to the empty inbox.
 //!
 //! `scripts/bench --bench scale` (builds the release binary first). It writes
@@ -29,6 +33,7 @@ const GROUP: &str = "scale";
 /// Rows inserted per statement while filling.
 const FILL_CHUNK: i64 = 1_000_000;
 const WEEK_SECS: f64 = 7.0 * 86_400.0;
+const HOUR_MS: i64 = 3_600_000;
 /// A minute past the hour: the records' resend windows reach the previous hour.
 const NEAR_THE_HOUR: i64 = 1;
 
@@ -54,22 +59,32 @@ fn main() {
             "SELECT inbox_host.inbox_prepare('{GROUP}', now() - interval '7 days 1 hour', now() + interval '1 day')"
         ))
         .await;
+        // Each row's records go to an hour of their own, before the run began,
+        // which holds what the fill put there: the share of an inbox that took
+        // its rows in evenly over a week (1/168), as the hour being written
+        // would at that rate. Mid-hour unless measuring the slow path.
+        let run_began = bench::in_hour(0, 0);
+        let mut hours_back = 0;
+        let mut next_hour = |minute: i64| {
+            hours_back += 1;
+            run_began - hours_back * HOUR_MS + minute * 60_000
+        };
         let mut table = Vec::new();
-        let empty = rounds(&db, &broker, messages, bench::MID_HOUR, None).await;
+        let empty = rounds(&db, &broker, messages, next_hour(bench::MID_HOUR), None).await;
         table.push(("empty".to_string(), empty.per_second, empty.wal_per_message, String::new()));
-        let m = rounds(&db, &broker, messages, NEAR_THE_HOUR, None).await;
+        let m = rounds(&db, &broker, messages, next_hour(NEAR_THE_HOUR), None).await;
         table.push(("empty, a minute past the hour".to_string(), m.per_second, m.wal_per_message, String::new()));
         let mut filled = 0;
         for &size in &sizes {
             fill(&db, filled, size, Spread::PastWeek).await;
             filled = size;
-            let m = rounds(&db, &broker, messages, bench::MID_HOUR, None).await;
+            let m = rounds(&db, &broker, messages, next_hour(bench::MID_HOUR), None).await;
             table.push((format!("{} rows over the past week", millions(size)), m.per_second, m.wal_per_message, String::new()));
         }
-        let m = rounds(&db, &broker, messages, NEAR_THE_HOUR, None).await;
+        let m = rounds(&db, &broker, messages, next_hour(NEAR_THE_HOUR), None).await;
         table.push((format!("{}, a minute past the hour", millions(filled)), m.per_second, m.wal_per_message, String::new()));
         let mut drops = Vec::new();
-        let m = rounds(&db, &broker, messages, bench::MID_HOUR, Some(&mut drops)).await;
+        let m = rounds(&db, &broker, messages, next_hour(bench::MID_HOUR), Some(&mut drops)).await;
         let dropped = format!(
             "{} partitions dropped, median {:.0} ms, longest {:.0} ms",
             drops.len(),
@@ -77,15 +92,18 @@ fn main() {
             drops.iter().copied().fold(0.0, f64::max)
         );
         table.push(("the same, dropping old partitions".to_string(), m.per_second, m.wal_per_message, dropped));
-        let hour = current_hour(&db).await;
-        fill(&db, filled, filled + 10_000_000, Spread::CurrentHour).await;
-        let m = rounds(&db, &broker, messages, bench::MID_HOUR, None).await;
-        let note = if current_hour(&db).await == hour {
-            String::new()
-        } else {
-            "(the hour turned during the rounds: not the worst case)".to_string()
-        };
-        table.push(("+ 10 M rows in the current hour".to_string(), m.per_second, m.wal_per_message, note));
+        let crowded = next_hour(bench::MID_HOUR);
+        fill(&db, filled, filled + 10_000_000, Spread::Hour(crowded - bench::MID_HOUR * 60_000)).await;
+        let m = rounds(&db, &broker, messages, crowded, None).await;
+        table.push(("+ 10 M rows in the hour written".to_string(), m.per_second, m.wal_per_message, String::new()));
+        // docs/sizing.md's first setting, on the worst case: full-page images
+        // compressed (the host's sessions pick it up on reload).
+        db.execute("ALTER SYSTEM SET wal_compression = 'lz4'").await;
+        db.execute("SELECT pg_reload_conf()").await;
+        let m = rounds(&db, &broker, messages, crowded, None).await;
+        db.execute("ALTER SYSTEM RESET wal_compression").await;
+        db.execute("SELECT pg_reload_conf()").await;
+        table.push(("the same, wal_compression = lz4".to_string(), m.per_second, m.wal_per_message, String::new()));
 
         println!("{:<40} {:>9} {:>7} {:>10} {:>7}", "inbox before the rounds", "msg/s", "x empty", "WAL B/msg", "x empty");
         for (name, rate, wal, note) in &table {
@@ -123,17 +141,18 @@ fn main() {
 #[derive(Clone, Copy)]
 enum Spread {
     PastWeek,
-    CurrentHour,
+    /// The hour starting at this time (ms since the epoch).
+    Hour(i64),
 }
 
 /// Adds rows `from..to` of the group, then vacuums and checkpoints, so no
 /// autovacuum or checkpoint of the fill lands in the rounds.
 async fn fill(db: &TestDb, from: i64, to: i64, spread: Spread) {
     let started = Instant::now();
-    // Back from now: a week, or to the start of the current hour.
-    let back_secs = match spread {
-        Spread::PastWeek => Some(WEEK_SECS),
-        Spread::CurrentHour => None,
+    // Within one hour, or back from now over a week.
+    let hour_secs = match spread {
+        Spread::PastWeek => None,
+        Spread::Hour(ms) => Some(ms as f64 / 1e3),
     };
     let digest = format!("sha256:{}", "0".repeat(64));
     let mut at = from;
@@ -143,13 +162,15 @@ async fn fill(db: &TestDb, from: i64, to: i64, spread: Spread) {
             "INSERT INTO inbox_host.inbox
                  (message_id, consumer_group, worker_id, plugin_digest, topic, kafka_partition, kafka_offset, record_at, received_at)
              SELECT gen_random_uuid()::text, '{GROUP}', 'fill', $3, 'orders', (i % 6)::int, i, t, t
-             FROM (SELECT i, now() - random() * coalesce(make_interval(secs => $4), now() - date_trunc('hour', now())) AS t
+             FROM (SELECT i, coalesce(to_timestamp($4) + random() * interval '1 hour',
+                                      now() - random() * make_interval(secs => $5)) AS t
                      FROM generate_series($1::bigint, $2::bigint - 1) AS i) AS rows"
         ))
         .bind(at)
         .bind(end)
         .bind(&digest)
-        .bind(back_secs)
+        .bind(hour_secs)
+        .bind(WEEK_SECS)
         .execute(&db.pool)
         .await
         .expect("fill");
@@ -169,14 +190,14 @@ fn millions(rows: i64) -> String {
     format!("{} M", rows as f64 / 1e6)
 }
 
-/// [`ROUNDS`] rounds on fresh topics, records stamped `minute` past the
-/// current hour; with `drops`, a task drops the group's oldest partition every
+/// [`ROUNDS`] rounds on fresh topics, records stamped `stamp` (ms since the
+/// epoch); with `drops`, a task drops the group's oldest partition every
 /// second while each round runs and records how long each drop took (ms).
 async fn rounds(
     db: &TestDb,
     broker: &LocalBroker,
     messages: usize,
-    minute: i64,
+    stamp: i64,
     mut drops: Option<&mut Vec<f64>>,
 ) -> Measured {
     let (mut rates, mut wal) = (Vec::new(), Vec::new());
@@ -185,7 +206,7 @@ async fn rounds(
         flags: &[],
         relayed: false,
         group: Some(GROUP),
-        minute_of_hour: Some(minute),
+        timestamp_ms: Some(stamp),
     };
     for _ in 0..ROUNDS {
         db.execute("CHECKPOINT").await;
@@ -252,11 +273,4 @@ async fn wal_lsn(db: &TestDb) -> f64 {
         .fetch_one(&db.pool)
         .await
         .expect("wal position")
-}
-
-async fn current_hour(db: &TestDb) -> f64 {
-    sqlx::query_scalar("SELECT extract(epoch FROM date_trunc('hour', now()))::float8")
-        .fetch_one(&db.pool)
-        .await
-        .expect("hour")
 }

@@ -184,7 +184,7 @@ async fn in_mode(db: &TestDb, broker: &LocalBroker, mode: &Mode, messages: usize
         flags: &flags,
         relayed: false,
         group: None,
-        minute_of_hour: Some(bench::MID_HOUR),
+        timestamp_ms: Some(bench::in_hour(0, bench::MID_HOUR)),
     };
     end_to_end(db, broker, &run, messages).await
 }

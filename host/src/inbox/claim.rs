@@ -252,8 +252,8 @@ mod tests {
 
     #[test]
     fn a_batch_spanning_two_hours_looks_at_its_whole_span() {
-        let n = Neighbours::of(&[Some(H + 50 * MIN), Some(H + 70 * MIN)], TEN_MINUTES)
-            .expect("spans");
+        let n =
+            Neighbours::of(&[Some(H + 50 * MIN), Some(H + 70 * MIN)], TEN_MINUTES).expect("spans");
         assert_eq!(ms(n.before.0), H + 40 * MIN);
         assert_eq!(ms(n.before.1), ms(n.after.0));
         assert_eq!(ms(n.after.1), H + 80 * MIN);

@@ -15,7 +15,8 @@ pub const PARTITIONS: i32 = 6;
 
 /// The runner on a pool set up as the binary's (`inbox::pool_options`: no
 /// ping before each acquire, unlike the tests' pool), its connections opened
-/// before any timing starts, so the ceiling runs on the binary's terms.
+/// and its group's partitions prepared before any timing starts, so the
+/// ceiling runs on the binary's terms.
 pub async fn runner(db: &TestDb, group: &str) -> Runner {
     let pool = inbox_host::inbox::pool_options(8)
         .connect(&db.url)
@@ -25,6 +26,11 @@ pub async fn runner(db: &TestDb, group: &str) -> Runner {
         .await
         .expect("opening the pool's connections");
     drop(opened);
+    // The binary prepares its group's partitions before it joins; so does the
+    // ceiling, before any timing.
+    inbox_host::inbox::prepare_partitions(&pool, group, inbox_host::inbox::PREPARED_BEHIND)
+        .await
+        .expect("the group's partitions");
     Runner::new(pool, RunnerSettings::defaults(group, "bench"))
 }
 
@@ -47,7 +53,7 @@ pub async fn in_process<H: Handler + Send + Sync + 'static>(
         .map(|p| {
             let (runner, permits, handler) = (runner.clone(), permits.clone(), handler.clone());
             // Stamped as the end-to-end side's records are.
-            let stamp = in_this_hour(MID_HOUR);
+            let stamp = in_hour(0, MID_HOUR);
             let orders: Vec<Message> = (0..per_partition)
                 .map(|i| Message {
                     timestamp_ms: Some(stamp),
@@ -95,14 +101,17 @@ pub async fn settle(db: &TestDb) {
 /// minute it started.
 pub const MID_HOUR: i64 = 30;
 
-/// The time (ms since the epoch) of `minute` past the start of the current hour.
-pub fn in_this_hour(minute: i64) -> i64 {
+/// The time (ms since the epoch) `minute` past the start of the hour
+/// `hours_back` hours before the current one (UTC).
+pub fn in_hour(hours_back: i64, minute: i64) -> i64 {
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .expect("clock")
         .as_millis() as i64;
-    now - now % 3_600_000 + minute * 60_000
+    now - now % HOUR_MS - hours_back * HOUR_MS + minute * 60_000
 }
+
+const HOUR_MS: i64 = 3_600_000;
 
 /// Records per round: `BENCH_MESSAGES`, else the benchmark's default.
 pub fn messages_per_round(default: usize) -> usize {
