@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use inbox_host::inbox::{self, FailureKind, Message, Outcome, Runner, RunnerSettings, Strategy};
+use inbox_host::inbox::{self, FailureKind, Message, Outcome, Runner, RunnerSettings};
 use inbox_host::plugin::{Plugin, Runtime, SandboxLimits};
 use inbox_host_tests::host::Host;
 use inbox_host_tests::stage::Stage;
@@ -26,14 +26,10 @@ fn runner(db: &TestDb, transaction_timeout: Duration) -> Runner {
     Runner::new(
         db.pool.clone(),
         RunnerSettings {
-            group: "billing".into(),
-            worker_id: "hostile-test".into(),
-            strategy: Strategy::ExactlyOnceInbox,
             lock_timeout: Duration::from_millis(300),
             statement_timeout: Duration::from_secs(1),
             transaction_timeout,
-            guest_role: Some(inbox::DEFAULT_GUEST_ROLE.into()),
-            resend_window: Duration::from_secs(inbox::DEFAULT_RESEND_WINDOW_SECS),
+            ..RunnerSettings::defaults("billing", "hostile-test")
         },
     )
 }

@@ -2,7 +2,7 @@
 
 use std::time::{Duration, Instant};
 
-use inbox_host::inbox::{self, FailureKind, Outcome, Runner, RunnerSettings, Strategy};
+use inbox_host::inbox::{self, FailureKind, Outcome, Runner, RunnerSettings};
 use inbox_host::plugin::{Plugin, Runtime, SandboxLimits};
 use inbox_host_tests::{order, plugin, Counting, TestDb};
 
@@ -10,14 +10,10 @@ pub fn runner(db: &TestDb) -> Runner {
     Runner::new(
         db.pool.clone(),
         RunnerSettings {
-            group: "billing".into(),
-            worker_id: "test-worker".into(),
-            strategy: Strategy::ExactlyOnceInbox,
             lock_timeout: Duration::from_millis(300),
             statement_timeout: Duration::from_secs(5),
             transaction_timeout: Duration::from_secs(30),
-            guest_role: Some(inbox::DEFAULT_GUEST_ROLE.into()),
-            resend_window: Duration::from_secs(inbox::DEFAULT_RESEND_WINDOW_SECS),
+            ..RunnerSettings::defaults("billing", "test-worker")
         },
     )
 }

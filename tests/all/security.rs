@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use inbox_host::inbox::{self, Message, Outcome, Runner, RunnerSettings, Strategy};
+use inbox_host::inbox::{self, Message, Outcome, Runner, RunnerSettings};
 use inbox_host_tests::{order, TestDb};
 use sqlx::postgres::PgPool;
 
@@ -38,14 +38,10 @@ impl Arena {
         let runner = Runner::new(
             pool.clone(),
             RunnerSettings {
-                group: "billing".into(),
-                worker_id: "arena".into(),
-                strategy: Strategy::ExactlyOnceInbox,
                 lock_timeout: Duration::from_millis(300),
                 statement_timeout,
                 transaction_timeout: Duration::from_secs(30),
-                guest_role: Some(inbox::DEFAULT_GUEST_ROLE.into()),
-                resend_window: Duration::from_secs(inbox::DEFAULT_RESEND_WINDOW_SECS),
+                ..RunnerSettings::defaults("billing", "arena")
             },
         );
         // A message handled earlier: attacks on the inbox must leave it alone.
