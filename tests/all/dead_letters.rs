@@ -27,6 +27,7 @@ async fn a_fatal_record_is_published_with_its_headers_listed_shown_and_redriven_
     stage
         .broker
         .create_topic(&dlt, 1)
+        .await
         .expect("dead-letter topic");
     let mut letter = stage.record("letter", Some(0), GATED);
     letter.headers.push(("origin".into(), b"checkout".to_vec()));
@@ -197,6 +198,7 @@ async fn a_letter_offset_is_stored_only_after_the_dead_letter_topic_took_it() {
     stage
         .broker
         .create_topic(&dlt, 1)
+        .await
         .expect("dead-letter topic");
     stage
         .broker

@@ -250,9 +250,9 @@ async fn a_record_that_succeeds_after_failures_leaves_no_attempts_row() {
 #[tokio::test(flavor = "multi_thread")]
 async fn three_hosts_started_at_the_same_instant_on_a_fresh_database_all_run() {
     let db = TestDb::start_empty(Durability::Throwaway).await;
-    let broker = inbox_host::embedded::LocalBroker::start().expect("local broker");
+    let broker = inbox_host_tests::broker::TestBroker::start();
     let topic = unique("orders");
-    broker.create_topic(&topic, 3).expect("topic");
+    broker.create_topic(&topic, 3).await.expect("topic");
     let group = unique("billing");
     let billing = plugin("billing");
     let args = [

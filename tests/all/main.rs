@@ -1,5 +1,6 @@
 //! End-to-end tests: real PostgreSQL, real plugins, real broker, real binary.
 
+mod another_broker;
 mod batching;
 mod cli;
 mod components;

@@ -52,7 +52,11 @@ pub async fn outbox_emptied(stage: &Stage) {
 
 async fn stage_with_output() -> Stage {
     let stage = Stage::new(1).await;
-    stage.broker.create_topic(OUT, 1).expect("output topic");
+    stage
+        .broker
+        .create_topic(OUT, 1)
+        .await
+        .expect("output topic");
     stage
 }
 

@@ -20,7 +20,11 @@ const OUT: &str = "invoices-created";
 async fn a_two_step_pipeline_under_repeated_kills_leaves_exactly_one_ledger_row_per_order() {
     const ORDERS: i64 = 10_000;
     let stage = Stage::new(3).await;
-    stage.broker.create_topic(OUT, 3).expect("output topic");
+    stage
+        .broker
+        .create_topic(OUT, 3)
+        .await
+        .expect("output topic");
     let ledger_group = unique("ledger");
     let (billing, ledger) = (plugin("billing-publish"), plugin("ledger"));
     let spawn_billing = || stage.spawn_host(&billing, &["--publish-topic", OUT]);
@@ -111,7 +115,11 @@ async fn one_keys_messages_leave_in_the_order_written_across_rebalances_and_a_ki
     const KEYS: usize = 12;
     const PER_KEY: usize = 150;
     let stage = Stage::new(3).await;
-    stage.broker.create_topic(OUT, 3).expect("output topic");
+    stage
+        .broker
+        .create_topic(OUT, 3)
+        .await
+        .expect("output topic");
     let billing = plugin("billing-publish");
     let spawn = || stage.spawn_host(&billing, &["--publish-topic", OUT]);
     let total = (KEYS * PER_KEY) as i64;
@@ -180,7 +188,11 @@ async fn one_keys_messages_leave_in_the_order_written_across_rebalances_and_a_ki
 async fn a_broker_outage_keeps_the_rows_says_why_and_they_leave_once_it_is_back() {
     const ROWS: i64 = 50;
     let stage = Stage::new(1).await;
-    stage.broker.create_topic(OUT, 1).expect("output topic");
+    stage
+        .broker
+        .create_topic(OUT, 1)
+        .await
+        .expect("output topic");
     let host = stage.spawn_host(
         &plugin("billing-publish"),
         &["--publish-topic", OUT, "--stall-after-secs", "2"],
@@ -233,7 +245,11 @@ async fn a_broker_outage_keeps_the_rows_says_why_and_they_leave_once_it_is_back(
 #[tokio::test(flavor = "multi_thread")]
 async fn a_full_outbox_holds_the_consume_side_until_the_relay_drains_it() {
     let stage = Stage::new(1).await;
-    stage.broker.create_topic(OUT, 1).expect("output topic");
+    stage
+        .broker
+        .create_topic(OUT, 1)
+        .await
+        .expect("output topic");
     let orders = |from: i64, to: i64| {
         (from..to)
             .map(|n| stage.order(&format!("order-{n}"), n))

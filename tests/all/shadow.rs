@@ -150,7 +150,11 @@ async fn a_version_failing_half_the_records_is_reported_exactly_and_nothing_is_w
 async fn what_a_version_would_publish_is_compared_with_what_the_live_version_published() {
     const OUT: &str = "invoices-created";
     let stage = Stage::new(1).await;
-    stage.broker.create_topic(OUT, 2).expect("output topic");
+    stage
+        .broker
+        .create_topic(OUT, 2)
+        .await
+        .expect("output topic");
     stage
         .produce(
             (0..6)

@@ -10,6 +10,7 @@ use inbox_host::inbox::{self, Handler, HandlerError, Message, Tx};
 use sqlx::postgres::PgPool;
 
 pub mod bench;
+pub mod broker;
 pub mod host;
 pub mod otlp;
 pub mod raw_headers;

@@ -1,15 +1,15 @@
 //! A database, a broker with a fresh topic, and real `inbox-host` processes
 //! consuming it: the stage of the end-to-end tests and benchmarks.
 
-use inbox_host::embedded::LocalBroker;
 use inbox_host::kafka::{self, OutgoingRecord};
 
+use crate::broker::TestBroker;
 use crate::host::Host;
 use crate::{unique, TestDb};
 
 pub struct Stage {
     pub db: TestDb,
-    pub broker: LocalBroker,
+    pub broker: TestBroker,
     pub topic: String,
     pub group: String,
 }
@@ -17,9 +17,12 @@ pub struct Stage {
 impl Stage {
     pub async fn new(partitions: i32) -> Self {
         let db = TestDb::start().await;
-        let broker = LocalBroker::start().expect("local broker");
+        let broker = TestBroker::start();
         let topic = unique("orders");
-        broker.create_topic(&topic, partitions).expect("topic");
+        broker
+            .create_topic(&topic, partitions)
+            .await
+            .expect("topic");
         Self {
             db,
             broker,

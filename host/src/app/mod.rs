@@ -82,11 +82,11 @@ pub async fn run(settings: RunSettings, shutdown: impl Future<Output = ()>) -> a
     let _reloads = spawn_hot_swap(&settings.plugin, &runtime, &cell, hangups);
 
     if let Some(keep) = settings.inbox_retention {
-        let (brokers, topics) = (
-            settings.consumer.brokers.clone(),
-            settings.consumer.topics.clone(),
-        );
-        tokio::spawn(async move { retention::check_window(&brokers, &topics, keep).await });
+        let consumer = settings.consumer.clone();
+        tokio::spawn(async move {
+            retention::check_window(&consumer.brokers, &consumer.extra, &consumer.topics, keep)
+                .await
+        });
     }
     let keep = retention::Keep {
         inbox: settings.inbox_retention,
@@ -120,6 +120,7 @@ pub async fn run(settings: RunSettings, shutdown: impl Future<Output = ()>) -> a
             outbox.clone(),
         ))
     });
+    check_credentials(&settings).await?;
     let consumer = Consumer::join(&settings.consumer).with_context(|| {
         format!(
             "joining group {} at {}",
@@ -146,6 +147,45 @@ pub async fn run(settings: RunSettings, shutdown: impl Future<Output = ()>) -> a
     ran?;
     tracing::info!("stopped: batches in flight finished, stored offsets committed, group left");
     Ok(())
+}
+
+/// With SASL, fails within `--connect-timeout` when the brokers refuse the
+/// credentials: a wrong password does not mend itself, and waiting would only
+/// hide it. Brokers that cannot be reached are waited for, as always.
+async fn check_credentials(settings: &RunSettings) -> anyhow::Result<()> {
+    let extra = &settings.consumer.extra;
+    if !crate::kafka::uses_sasl(extra) {
+        return Ok(());
+    }
+    let (brokers, owned, timeout) = (
+        settings.consumer.brokers.clone(),
+        extra.clone(),
+        settings.connect_timeout,
+    );
+    let refused = tokio::task::spawn_blocking(move || {
+        crate::kafka::refused_credentials(&brokers, &owned, timeout)
+    })
+    .await??;
+    match refused {
+        None => Ok(()),
+        Some(reason) => {
+            // librdkafka takes the mechanism under either name.
+            let option = |keys: &[&str]| {
+                extra
+                    .iter()
+                    .find(|(k, _)| keys.contains(&k.as_str()))
+                    .map_or("(not set)", |(_, v)| v.as_str())
+            };
+            anyhow::bail!(
+                "the brokers at {} refused this host's SASL credentials (sasl.mechanism={}, \
+                 sasl.username={}): {reason}; check the user and password given with \
+                 --kafka-opt sasl.username=... and --kafka-opt sasl.password=...",
+                settings.consumer.brokers,
+                option(&["sasl.mechanism", "sasl.mechanisms"]),
+                option(&["sasl.username"]),
+            )
+        }
+    }
 }
 
 /// What the local checks produced.

@@ -19,9 +19,14 @@ fn inbox_outlives(topic_keeps: Option<Duration>, keep: Duration) -> bool {
 }
 
 /// Warns when a topic keeps records longer than the inbox keeps rows.
-pub async fn check_window(brokers: &str, topics: &[String], keep: Duration) {
+pub async fn check_window(
+    brokers: &str,
+    extra: &[(String, String)],
+    topics: &[String],
+    keep: Duration,
+) {
     for topic in topics {
-        match kafka::topic_retention(brokers, topic).await {
+        match kafka::topic_retention(brokers, extra, topic).await {
             Ok(Some(topic_keeps)) if inbox_outlives(Some(topic_keeps), keep) => {
                 tracing::info!(
                     topic,

@@ -190,7 +190,8 @@ pub struct NewArgs {
 #[derive(Debug, Clone, Args)]
 pub struct LabArgs {
     /// Use this broker instead of starting a local one (only when given here:
-    /// the lab never picks up KAFKA_BROKERS from the environment).
+    /// the lab never picks up KAFKA_BROKERS from the environment). The lab makes
+    /// its topics there (one partition each) and deletes them at the end.
     #[arg(long)]
     pub brokers: Option<String>,
     /// Use this database instead of starting a throwaway cluster (only when

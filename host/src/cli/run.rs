@@ -93,8 +93,9 @@ pub struct RunArgs {
     /// PostgreSQL connections the host keeps.
     #[arg(long, env = "INBOX_DB_POOL_SIZE", default_value_t = 8)]
     pub db_pool_size: u32,
-    /// How long one attempt to reach PostgreSQL may take, in seconds. The host
-    /// keeps trying while the database is down.
+    /// How long one attempt to reach PostgreSQL may take, in seconds (the host
+    /// keeps trying while the database is down); also how long the host waits
+    /// to learn whether the brokers accept its SASL credentials.
     #[arg(
         long = "connect-timeout",
         env = "INBOX_CONNECT_TIMEOUT",

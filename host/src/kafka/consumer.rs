@@ -1,5 +1,5 @@
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::thread;
 use std::time::Duration;
@@ -9,8 +9,10 @@ use rdkafka::message::Message as _;
 use rdkafka::Offset;
 use tokio::sync::mpsc;
 
+use super::connection::connection_config;
 use super::context::{Assignment, GroupContext};
 use super::error::KafkaResult;
+use super::membership::{spawn_describer, CoordinatorView};
 use super::partition::PartitionStream;
 use super::settings::{client_config, ConsumerSettings};
 use super::IdSources;
@@ -48,8 +50,13 @@ impl Consumer {
     pub fn join(settings: &ConsumerSettings) -> KafkaResult<Self> {
         let (streams, assigned) = mpsc::unbounded_channel();
         let context = GroupContext::new(settings, streams);
-        let inner: Arc<BaseConsumer<GroupContext>> =
-            Arc::new(client_config(settings).create_with_context(context)?);
+        let mut config = client_config(settings);
+        let client_id = match config.get("client.id") {
+            Some(id) => id.to_string(),
+            None => member_client_id(&settings.group),
+        };
+        config.set("client.id", &client_id);
+        let inner: Arc<BaseConsumer<GroupContext>> = Arc::new(config.create_with_context(context)?);
         inner.context().attach(Arc::downgrade(&inner));
         let topics: Vec<&str> = settings.topics.iter().map(String::as_str).collect();
         inner.subscribe(&topics)?;
@@ -58,6 +65,14 @@ impl Consumer {
             Arc::downgrade(&inner),
             polling.clone(),
             settings.topics.clone(),
+        )
+        .map_err(|e| rdkafka::error::KafkaError::Subscription(e.to_string()))?;
+        spawn_describer(
+            connection_config(&settings.brokers, &settings.extra),
+            settings.group.clone(),
+            client_id,
+            inner.context().membership().coordinator.clone(),
+            polling.clone(),
         )
         .map_err(|e| rdkafka::error::KafkaError::Subscription(e.to_string()))?;
         Ok(Self {
@@ -79,6 +94,7 @@ impl Consumer {
             failing: context.failing(),
             joined: context.joined(),
             outside: context.membership().outside.clone(),
+            coordinator: context.membership().coordinator.clone(),
         }
     }
 
@@ -150,6 +166,7 @@ pub struct GroupHealth {
     failing: Arc<AtomicBool>,
     joined: Arc<AtomicBool>,
     outside: Arc<AtomicBool>,
+    coordinator: Arc<CoordinatorView>,
 }
 
 impl GroupHealth {
@@ -168,6 +185,27 @@ impl GroupHealth {
     pub fn outside_group(&self) -> bool {
         self.outside.load(Ordering::SeqCst)
     }
+
+    /// The group as its coordinator lists it (where the brokers answer
+    /// DescribeGroups).
+    pub fn coordinator(&self) -> &CoordinatorView {
+        &self.coordinator
+    }
+}
+
+/// A client id no other member of the group has (`inbox-host-<group>-<pid>-<n>`,
+/// unless `--kafka-opt client.id=` names one): the coordinator lists members by
+/// it, so this member can find itself in the list.
+fn member_client_id(group: &str) -> String {
+    static MEMBERS: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    format!(
+        "inbox-host-{group}-{}-{nanos:x}-{}",
+        std::process::id(),
+        MEMBERS.fetch_add(1, Ordering::SeqCst)
+    )
 }
 
 /// How often, while the brokers fail, the poll thread asks for metadata to learn

@@ -10,7 +10,8 @@ use rdkafka::error::{KafkaError, KafkaResult};
 use rdkafka::{ClientContext, TopicPartitionList};
 use tokio::sync::{mpsc, watch};
 
-use super::settings::{ConsumerSettings, MAX_POLL_INTERVAL_MS, SESSION_TIMEOUT_MS};
+use super::membership::Membership;
+use super::settings::ConsumerSettings;
 
 /// A topic and partition.
 pub(super) type Partition = (String, i32);
@@ -51,79 +52,6 @@ pub(super) struct GroupContext {
     high_watermarks: Arc<Mutex<HashMap<Partition, i64>>>,
     last_commit: Mutex<Instant>,
     membership: Arc<Membership>,
-}
-
-/// Whether the member is in its group, as librdkafka's statistics say (they
-/// need no member id and no broker round trip). Outside a steady group, with
-/// the brokers answering, for longer than [`NOTICE_AFTER`]: logged once and
-/// reported not ready; for longer than [`REJOIN_AFTER`]: made to leave and join
-/// again.
-#[derive(Default)]
-pub(super) struct Membership {
-    /// Since when the statistics have shown the member outside a steady group.
-    outside_since: Mutex<Option<Instant>>,
-    /// Outside for longer than [`NOTICE_AFTER`]: `/health/ready` says so.
-    pub outside: Arc<AtomicBool>,
-    /// Asks the poll thread to leave and join again.
-    rejoin: AtomicBool,
-}
-
-/// A rebalance that goes well ends within a session timeout or two (a
-/// departed member is waited for that long, and a cooperative rebalance that
-/// moves partitions takes two rounds); past three, the member is reported.
-pub const NOTICE_AFTER: Duration = Duration::from_millis(SESSION_TIMEOUT_MS * 3);
-
-/// Past twice librdkafka's own JoinGroup retry, the member leaves and joins
-/// again by itself. Not sooner: each rejoin starts a rebalance for the whole
-/// group, and members rejoining while others still wait out a killed member's
-/// session kept a churning group from ever settling (measured).
-pub const REJOIN_AFTER: Duration = Duration::from_millis(2 * (MAX_POLL_INTERVAL_MS + 3_000));
-
-impl Membership {
-    /// Reads the group's state from one statistics report. Time while the
-    /// brokers are unreachable does not count: the member cannot rejoin then,
-    /// and `/health/ready` already says the brokers are away.
-    fn observe(&self, state: &str, join_state: &str, brokers_reachable: bool) {
-        let mut since = lock(&self.outside_since);
-        if !brokers_reachable {
-            *since = None;
-            return;
-        }
-        if state == "up" && join_state == "steady" {
-            *since = None;
-            if self.outside.swap(false, Ordering::SeqCst) {
-                tracing::info!("back in the consumer group");
-            }
-            return;
-        }
-        let outside_for = since.get_or_insert_with(Instant::now).elapsed();
-        if outside_for >= NOTICE_AFTER && !self.outside.swap(true, Ordering::SeqCst) {
-            tracing::warn!(
-                state,
-                join_state,
-                outside_s = outside_for.as_secs(),
-                "this member has been outside its consumer group (or joining it) for too long; \
-                 reported not ready, and it leaves and joins again if this lasts {} s",
-                REJOIN_AFTER.as_secs()
-            );
-        }
-        if outside_for >= REJOIN_AFTER {
-            tracing::warn!(
-                state,
-                join_state,
-                outside_s = outside_for.as_secs(),
-                "leaving the consumer group and joining it again"
-            );
-            // The next attempt gets the whole bound again.
-            *since = Some(Instant::now());
-            self.rejoin.store(true, Ordering::SeqCst);
-        }
-    }
-
-    /// Whether the poll thread should leave and join again (clears the request).
-    pub fn take_rejoin(&self) -> bool {
-        self.rejoin.swap(false, Ordering::SeqCst)
-    }
 }
 
 /// Least time between two commits asked for after batches; librdkafka's own
@@ -300,7 +228,11 @@ impl ClientContext for GroupContext {
     /// A broker away, all brokers down, a failed resolve: librdkafka retries;
     /// the host says so once per streak and never exits over it.
     fn error(&self, error: KafkaError, reason: &str) {
-        if !self.client_failing.swap(true, Ordering::SeqCst) {
+        let first = !self.client_failing.swap(true, Ordering::SeqCst);
+        if error.rdkafka_error_code() == Some(rdkafka::types::RDKafkaErrorCode::Authentication) {
+            // Checked at start; a password changed since then shows here.
+            tracing::error!(error = %error, reason, "the brokers refused this host's SASL credentials; librdkafka keeps retrying until they accept them");
+        } else if first {
             tracing::warn!(error = %error, reason, "Kafka client error; librdkafka keeps retrying (logged once until a commit succeeds)");
         } else {
             tracing::debug!(error = %error, reason, "Kafka client error");

@@ -6,9 +6,11 @@
 //! done; librdkafka commits what was stored. No rdkafka type crosses its API.
 
 mod admin;
+mod connection;
 mod consumer;
 mod context;
 mod error;
+mod membership;
 mod message_id;
 mod partition;
 mod producer;
@@ -17,13 +19,15 @@ mod record;
 mod settings;
 mod snapshot;
 
-pub use admin::topic_retention;
+pub use admin::{create_topic, delete_topics, refused_credentials, topic_retention, uses_sasl};
 pub use consumer::{Consumer, GroupHealth};
-pub use context::{NOTICE_AFTER, REJOIN_AFTER};
 pub use error::{KafkaError, KafkaResult};
+pub use membership::{CoordinatorView, NOTICE_AFTER, REJOIN_AFTER};
 pub use message_id::{IdSource, IdSources};
 pub use partition::{PartitionStream, Watermark};
-pub use producer::{committed_offset, committed_offsets, high_watermarks, produce, OutgoingRecord};
+pub use producer::{
+    committed_offset, committed_offsets, high_watermarks, produce, produce_with, OutgoingRecord,
+};
 pub use publisher::{check_topic_name, Publication, Publisher};
 pub use record::{Record, RecordHeader};
 pub use settings::{

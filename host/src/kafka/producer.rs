@@ -1,5 +1,6 @@
 use std::time::Duration;
 
+use super::connection::connection_config;
 use super::error::KafkaResult;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{Header, OwnedHeaders};
@@ -20,8 +21,17 @@ pub struct OutgoingRecord {
 
 /// Publishes records, all in flight at once; returns each one's (partition, offset).
 pub async fn produce(brokers: &str, records: &[OutgoingRecord]) -> KafkaResult<Vec<(i32, i64)>> {
-    let producer: FutureProducer = ClientConfig::new()
-        .set("bootstrap.servers", brokers)
+    produce_with(brokers, &[], records).await
+}
+
+/// [`produce`] with the connection properties of `extra` (TLS, SASL), as
+/// `--kafka-opt` gives them.
+pub async fn produce_with(
+    brokers: &str,
+    extra: &[(String, String)],
+    records: &[OutgoingRecord],
+) -> KafkaResult<Vec<(i32, i64)>> {
+    let producer: FutureProducer = connection_config(brokers, extra)
         .set("message.timeout.ms", "30000")
         .set("linger.ms", "5")
         .create()?;

@@ -9,25 +9,8 @@ use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::ClientConfig;
 
+use super::connection::connection_config;
 use super::error::KafkaResult;
-
-/// `--kafka-opt` properties that concern the connection, passed to the
-/// producer too (consumer properties would only draw librdkafka warnings).
-const CONNECTION_PREFIXES: &[&str] = &[
-    "security.",
-    "ssl.",
-    "ssl_",
-    "sasl.",
-    "enable.sasl.",
-    "client.",
-    "socket.",
-    "broker.",
-    "metadata.",
-    "reconnect.",
-    "resolve.",
-    "api.version",
-    "debug",
-];
 
 /// How long one record may take to be acknowledged by all in-sync replicas
 /// before its delivery counts as failed (and is retried by the caller).
@@ -84,18 +67,12 @@ impl Publisher {
         linger_ms: &str,
         timeout_ms: u128,
     ) -> ClientConfig {
-        let mut config = ClientConfig::new();
+        let mut config = connection_config(brokers, extra);
         config
-            .set("bootstrap.servers", brokers)
             .set("enable.idempotence", "true")
             .set("acks", "all")
             .set("linger.ms", linger_ms)
             .set("message.timeout.ms", timeout_ms.to_string());
-        for (key, value) in extra {
-            if CONNECTION_PREFIXES.iter().any(|p| key.starts_with(p)) {
-                config.set(key, value);
-            }
-        }
         config
     }
 

@@ -34,6 +34,9 @@ struct Stage {
     /// On a database given with --database-url: the schema the lab's tables
     /// live in, dropped when the lab ends.
     schema: Option<String>,
+    /// On brokers given with --brokers: the topics the lab made, deleted when
+    /// it ends.
+    topics: std::sync::Mutex<Vec<String>>,
     _broker: Option<LocalBroker>,
     _postgres: Option<TempPostgres>,
 }
@@ -113,14 +116,21 @@ impl Stage {
             pool,
             run,
             schema,
+            topics: std::sync::Mutex::default(),
             _broker: broker,
             _postgres: postgres,
         })
     }
 
-    /// On a database given with --database-url: drops the lab's schema and the
-    /// host's rows about the lab's groups.
+    /// On brokers given with --brokers: deletes the lab's topics. On a database
+    /// given with --database-url: drops the lab's schema and the host's rows
+    /// about the lab's groups.
     async fn clean_up(&self) -> anyhow::Result<()> {
+        let topics = std::mem::take(&mut *self.topics.lock().unwrap_or_else(|e| e.into_inner()));
+        let topics: Vec<&str> = topics.iter().map(String::as_str).collect();
+        kafka::delete_topics(&self.brokers, &[], &topics)
+            .await
+            .context("deleting the lab's topics")?;
         let Some(schema) = &self.schema else {
             return Ok(());
         };
@@ -144,6 +154,7 @@ impl Stage {
     async fn failing_handler(&self, name: &str, strategy: Strategy) -> anyhow::Result<LabRow> {
         let slug = name.replace([',', ' '], "");
         let (topic, group, id) = self.names(&slug);
+        self.create_topic(&topic).await?;
         let offset = self.publish(&topic, &id, 1).await?[0];
         let handler = Arc::new(NativeBilling {
             fail_after_write: true,
@@ -175,6 +186,7 @@ impl Stage {
     /// delivery so each delivery's numbers are read before the next.
     async fn duplicate(&self) -> anyhow::Result<LabRow> {
         let (topic, group, id) = self.names("duplicate");
+        self.create_topic(&topic).await?;
         let offsets = self.publish(&topic, &id, 2).await?;
         let mut parts = Vec::new();
         for (n, offset) in offsets.iter().enumerate() {
@@ -202,9 +214,8 @@ impl Stage {
     async fn consume_transform_produce(&self) -> anyhow::Result<LabRow> {
         let (topic, group, id) = self.names("consume-transform-produce");
         let output = format!("{topic}-invoices-created");
-        if let Some(broker) = &self._broker {
-            broker.create_topic(&output, 1)?;
-        }
+        self.create_topic(&topic).await?;
+        self.create_topic(&output).await?;
         self.publish(&topic, &id, 1).await?;
         let status = Arc::new(RelayStatus::for_host(true));
         let relay = tokio::spawn(relay::relay_forever(
@@ -266,6 +277,23 @@ impl Stage {
                 .fetch_one(&self.pool)
                 .await?,
         )
+    }
+
+    /// A topic of one partition for the lab: on brokers given with --brokers,
+    /// made through the admin API (a production cluster may not make topics on
+    /// first use) and deleted when the lab ends.
+    async fn create_topic(&self, name: &str) -> anyhow::Result<()> {
+        if let Some(broker) = &self._broker {
+            return broker.create_topic(name, 1);
+        }
+        kafka::create_topic(&self.brokers, &[], name, 1)
+            .await
+            .with_context(|| format!("creating the lab's topic {name} on {}", self.brokers))?;
+        self.topics
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(name.to_string());
+        Ok(())
     }
 
     fn names(&self, slug: &str) -> (String, String, String) {

@@ -108,6 +108,23 @@ impl Collector for Sampled {
             let guest = encoder.encode_descriptor("inbox_host_guest_run_seconds", "Time guests ran (wasm and WASI calls, not waits on queries), all messages together.", None, MetricType::Counter)?;
             ConstCounter::new(seconds).encode(guest)?;
         }
+        let coordinator = self.group.get().map(GroupHealth::coordinator);
+        if let Some(members) = coordinator.and_then(|c| c.members()) {
+            gauge(
+                &mut encoder,
+                "inbox_host_group_members",
+                "Members the group's coordinator lists (DescribeGroups, every 5 s); absent where the brokers do not answer it.",
+                [(Vec::new(), members)],
+            )?;
+        }
+        if let Some(listed) = coordinator.and_then(|c| c.listed()) {
+            gauge(
+                &mut encoder,
+                "inbox_host_group_member_listed",
+                "1 while the coordinator lists this member in its group, 0 while the group is stable without it; absent when not known.",
+                [(Vec::new(), i64::from(listed))],
+            )?;
+        }
         if let Some(relay) = self.relay.get() {
             super::relay_metrics::encode(relay, &mut encoder)?;
         }
