@@ -18,13 +18,9 @@ async fn billing_over_sasl(mechanism: &str) {
     const ORDERS: i64 = 200;
     let broker = SaslBroker::from_env();
     let login = broker.login(mechanism, &broker.password);
-    let options: Vec<(&str, &str)> = login
-        .iter()
-        .map(|(k, v)| (k.as_str(), v.as_str()))
-        .collect();
     let db = TestDb::start().await;
     let topic = unique("orders");
-    create_topic_with(&broker.bootstrap, &options, &topic, 2)
+    create_topic_with(&broker.bootstrap, &login, &topic, 2)
         .await
         .expect("topic, created over SASL");
     let records: Vec<OutgoingRecord> = (0..ORDERS)

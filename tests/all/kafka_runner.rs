@@ -232,6 +232,12 @@ fn random_kill_points(total: i64) -> Vec<i64> {
 async fn two_hosts_split_the_partitions_and_a_stopped_hosts_partitions_move_without_loss() {
     let stage = Stage::new(4).await;
     let mut a = stage.spawn_host(&plugin("billing"), &["--worker-id", "host-a"]);
+    // The second joins a formed group (a broker may handle two joins racing
+    // each other badly: docs/deploy.md, "Tested against").
+    wait_until("host a assigned partitions", LONG, || async {
+        a.metric("inbox_host_assigned_partitions") == Some(4.0)
+    })
+    .await;
     let mut b = stage.spawn_host(&plugin("billing"), &["--worker-id", "host-b"]);
     wait_until("both hosts assigned partitions", LONG, || async {
         [&a, &b].iter().all(|h| {

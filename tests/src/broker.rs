@@ -76,23 +76,17 @@ pub fn running_brokers() -> Option<String> {
 /// `options` (SASL) for the connection.
 pub async fn create_topic_with(
     bootstrap: &str,
-    options: &[(&str, &str)],
+    options: &[(String, String)],
     name: &str,
     partitions: i32,
 ) -> anyhow::Result<()> {
-    let mut config = ClientConfig::new();
-    config.set("bootstrap.servers", bootstrap);
-    for (key, value) in options {
-        config.set(*key, *value);
-    }
-    let admin: AdminClient<DefaultClientContext> = config.create()?;
+    let admin: AdminClient<DefaultClientContext> = client_config(bootstrap, options).create()?;
     let topic = NewTopic::new(name, partitions, TopicReplication::Fixed(1));
     let admin_options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
     for result in admin.create_topics([&topic], &admin_options).await? {
         result.map_err(|(topic, code)| anyhow::anyhow!("creating topic {topic}: {code}"))?;
     }
-    let (bootstrap, name) = (bootstrap.to_string(), name.to_string());
-    let options: Vec<(String, String)> = options_owned(options);
+    let (bootstrap, name, options) = (bootstrap.to_string(), name.to_string(), options.to_vec());
     tokio::task::spawn_blocking(move || {
         wait_for_partitions(&bootstrap, &options, &name, partitions)
     })
@@ -103,11 +97,13 @@ async fn create_topic(bootstrap: &str, name: &str, partitions: i32) -> anyhow::R
     create_topic_with(bootstrap, &[], name, partitions).await
 }
 
-fn options_owned(options: &[(&str, &str)]) -> Vec<(String, String)> {
-    options
-        .iter()
-        .map(|(k, v)| ((*k).to_string(), (*v).to_string()))
-        .collect()
+fn client_config(bootstrap: &str, options: &[(String, String)]) -> ClientConfig {
+    let mut config = ClientConfig::new();
+    config.set("bootstrap.servers", bootstrap);
+    for (key, value) in options {
+        config.set(key, value);
+    }
+    config
 }
 
 /// Waits (30 s at most) until the brokers' metadata lists `partitions`
@@ -118,12 +114,7 @@ fn wait_for_partitions(
     topic: &str,
     partitions: i32,
 ) -> anyhow::Result<()> {
-    let mut config = ClientConfig::new();
-    config.set("bootstrap.servers", bootstrap);
-    for (key, value) in options {
-        config.set(key, value);
-    }
-    let client: BaseConsumer = config.create()?;
+    let client: BaseConsumer = client_config(bootstrap, options).create()?;
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let metadata = client

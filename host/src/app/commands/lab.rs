@@ -127,10 +127,12 @@ impl Stage {
     /// about the lab's groups.
     async fn clean_up(&self) -> anyhow::Result<()> {
         let topics = std::mem::take(&mut *self.topics.lock().unwrap_or_else(|e| e.into_inner()));
-        let topics: Vec<&str> = topics.iter().map(String::as_str).collect();
-        kafka::delete_topics(&self.brokers, &[], &topics)
-            .await
-            .context("deleting the lab's topics")?;
+        if !topics.is_empty() {
+            let topics: Vec<&str> = topics.iter().map(String::as_str).collect();
+            kafka::delete_topics(&self.brokers, &[], &topics)
+                .await
+                .context("deleting the lab's topics")?;
+        }
         let Some(schema) = &self.schema else {
             return Ok(());
         };
