@@ -7,8 +7,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use inbox_host::embedded::LocalBroker;
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-use rdkafka::client::DefaultClientContext;
+use inbox_host::kafka;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::ClientConfig;
 
@@ -43,7 +42,7 @@ impl TestBroker {
     pub async fn create_topic(&self, name: &str, partitions: i32) -> anyhow::Result<()> {
         match self {
             Self::Local(broker) => broker.create_topic(name, partitions),
-            Self::Running(bootstrap) => create_topic(bootstrap, name, partitions).await,
+            Self::Running(bootstrap) => create_topic_with(bootstrap, &[], name, partitions).await,
         }
     }
 
@@ -72,38 +71,23 @@ pub fn running_brokers() -> Option<String> {
     std::env::var(BROKERS_VAR).ok().filter(|b| !b.is_empty())
 }
 
-/// Creates a topic through the admin API of the brokers at `bootstrap`, with
-/// `options` (SASL) for the connection.
+/// Creates a topic through the host's admin call on the brokers at
+/// `bootstrap`, with `options` (SASL) for the connection, and waits until their
+/// metadata lists every partition.
 pub async fn create_topic_with(
     bootstrap: &str,
     options: &[(String, String)],
     name: &str,
     partitions: i32,
 ) -> anyhow::Result<()> {
-    let admin: AdminClient<DefaultClientContext> = client_config(bootstrap, options).create()?;
-    let topic = NewTopic::new(name, partitions, TopicReplication::Fixed(1));
-    let admin_options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
-    for result in admin.create_topics([&topic], &admin_options).await? {
-        result.map_err(|(topic, code)| anyhow::anyhow!("creating topic {topic}: {code}"))?;
-    }
+    kafka::create_topic(bootstrap, options, name, partitions)
+        .await
+        .with_context(|| format!("creating topic {name}"))?;
     let (bootstrap, name, options) = (bootstrap.to_string(), name.to_string(), options.to_vec());
     tokio::task::spawn_blocking(move || {
         wait_for_partitions(&bootstrap, &options, &name, partitions)
     })
     .await?
-}
-
-async fn create_topic(bootstrap: &str, name: &str, partitions: i32) -> anyhow::Result<()> {
-    create_topic_with(bootstrap, &[], name, partitions).await
-}
-
-fn client_config(bootstrap: &str, options: &[(String, String)]) -> ClientConfig {
-    let mut config = ClientConfig::new();
-    config.set("bootstrap.servers", bootstrap);
-    for (key, value) in options {
-        config.set(key, value);
-    }
-    config
 }
 
 /// Waits (30 s at most) until the brokers' metadata lists `partitions`
@@ -114,7 +98,12 @@ fn wait_for_partitions(
     topic: &str,
     partitions: i32,
 ) -> anyhow::Result<()> {
-    let client: BaseConsumer = client_config(bootstrap, options).create()?;
+    let mut config = ClientConfig::new();
+    config.set("bootstrap.servers", bootstrap);
+    for (key, value) in options {
+        config.set(key, value);
+    }
+    let client: BaseConsumer = config.create()?;
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let metadata = client
