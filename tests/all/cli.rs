@@ -199,3 +199,28 @@ fn the_readme_and_deploy_guide_name_every_kafka_property_the_host_owns() {
         }
     }
 }
+
+#[test]
+fn a_publish_topic_that_is_the_dead_letter_topic_is_refused_at_start() {
+    let stderr = stderr_of(
+        &[
+            "--plugin",
+            plugin("billing-publish").to_str().expect("utf-8"),
+            "--group",
+            "g",
+            "--publish-topic",
+            "orders-dlt",
+            "--dead-letter-topic",
+            "orders-dlt",
+        ],
+        &[
+            ("INBOX_TOPIC", "orders"),
+            ("DATABASE_URL", "postgres://app@127.0.0.1:1/app"),
+        ],
+    );
+    assert!(
+        stderr.contains("--publish-topic orders-dlt is also the --dead-letter-topic"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("PostgreSQL"), "refused before connecting: {stderr}");
+}

@@ -15,6 +15,7 @@ mod liveness;
 mod migrations;
 mod outages;
 mod outbox;
+mod outbox_bounds;
 mod outbox_pipeline;
 mod plugin_loading;
 mod sandbox;

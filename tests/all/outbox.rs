@@ -13,10 +13,10 @@ use inbox_host_tests::stage::{ReadRecord, Stage};
 use inbox_host_tests::{plugin, wait_until};
 
 const LONG: Duration = Duration::from_secs(120);
-const OUT: &str = "invoices-created";
+pub const OUT: &str = "invoices-created";
 
 /// Records in partition 0 of `topic` so far.
-async fn topic_len(stage: &Stage, topic: &str) -> i64 {
+pub async fn topic_len(stage: &Stage, topic: &str) -> i64 {
     let (brokers, topic) = (stage.broker.bootstrap().to_string(), topic.to_string());
     tokio::task::spawn_blocking(move || kafka::high_watermarks(&brokers, &topic, 1))
         .await
@@ -50,7 +50,7 @@ pub async fn outbox_emptied(stage: &Stage) {
     .await;
 }
 
-async fn stage_with_output() -> Stage {
+pub async fn stage_with_output() -> Stage {
     let stage = Stage::new(1).await;
     stage
         .broker

@@ -151,6 +151,18 @@ impl Host {
         strip_ansi(&std::fs::read_to_string(&self.log).unwrap_or_default())
     }
 
+    /// The process's peak resident memory so far, from /proc (Linux).
+    pub fn peak_rss_bytes(&self) -> u64 {
+        let status =
+            std::fs::read_to_string(format!("/proc/{}/status", self.pid())).expect("proc status");
+        let kib: u64 = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmHWM:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .expect("VmHWM");
+        kib << 10
+    }
+
     pub fn pid(&self) -> i32 {
         i32::try_from(self.child.id()).expect("pid fits")
     }

@@ -26,8 +26,6 @@ use tokio::time::Instant;
 use crate::inbox::{self, OutboxRow};
 use crate::kafka::{Publication, Publisher};
 
-/// Rows read, sent and deleted per round.
-const BATCH: i64 = 2_000;
 /// How often a relay with nothing to do looks anyway (a notification can be
 /// missed while its listening connection reconnects), and how often a standby
 /// asks for the lock.
@@ -176,7 +174,9 @@ async fn lead(
     let mut listener = PgListener::connect_with(pool).await?;
     listener.listen(inbox::OUTBOX_CHANNEL).await?;
     loop {
-        let rows = inbox::pending_outgoing(&mut conn, BATCH).await?;
+        let rows =
+            inbox::pending_outgoing(&mut conn, inbox::RELAY_ROUND_ROWS, inbox::RELAY_ROUND_BYTES)
+                .await?;
         if rows.is_empty() {
             status.succeeded();
             // Woken by this process's commit, another's NOTIFY, or the backstop poll.

@@ -135,6 +135,12 @@ impl RunSettings {
                      handler publishes would come back to it; name another topic"
                 ));
             }
+            if args.dead_letter_topic.as_deref().map(str::trim) == Some(topic.as_str()) {
+                problems.push(format!(
+                    "--publish-topic {topic} is also the --dead-letter-topic: a handler could \
+                     publish records that pass for the host's dead letters; name another topic"
+                ));
+            }
         }
         let worker_id = args.worker_id.clone().unwrap_or_else(default_worker_id);
         let checks = [
@@ -181,8 +187,14 @@ impl RunSettings {
                 "--guest-memory-mib must be at most 4096 (a wasm32 memory holds 4 GiB)",
             ),
             (
-                args.max_message_bytes > MAX_BYTES || args.max_param_bytes > MAX_BYTES,
-                "--max-message-bytes and --max-param-bytes must be at most 1073741824 (1 GiB)",
+                args.max_message_bytes > MAX_BYTES
+                    || args.max_param_bytes > MAX_BYTES
+                    || args.max_publish_bytes > MAX_BYTES,
+                "--max-message-bytes, --max-param-bytes and --max-publish-bytes must be at most 1073741824 (1 GiB)",
+            ),
+            (
+                args.max_publish_bytes == 0,
+                "--max-publish-bytes must be at least 1",
             ),
         ];
         let millis = [
@@ -251,6 +263,7 @@ impl RunSettings {
                     topics: publish_topics,
                     max_messages: args.max_publish,
                     max_message_bytes: args.max_message_bytes,
+                    max_record_bytes: args.max_publish_bytes,
                 },
                 ..SandboxLimits::default()
             },

@@ -193,6 +193,11 @@ pub struct RunArgs {
     /// The most messages a handler may publish for one record.
     #[arg(long, env = "INBOX_MAX_PUBLISH", default_value_t = crate::plugin::DEFAULT_MAX_PUBLISH)]
     pub max_publish: usize,
+    /// The most bytes (keys, values and headers together) a handler may
+    /// publish for one record: the host holds them until the record's
+    /// transaction stores them (docs/outbox.md).
+    #[arg(long, env = "INBOX_MAX_PUBLISH_BYTES", default_value_t = crate::plugin::DEFAULT_MAX_PUBLISH_BYTES)]
+    pub max_publish_bytes: usize,
     /// Do not relay outbox rows from this process (run `inbox-host relay`
     /// elsewhere). By default every host runs a relay; one sends at a time.
     #[arg(long, env = "INBOX_NO_RELAY")]

@@ -32,7 +32,8 @@ pub use live::{live_fates, LiveFate};
 pub use message::{Header, Message};
 pub use outbox::{
     backlog as outbox_backlog, delete_sent, outgoing_message_id, pending as pending_outgoing,
-    try_lock_relay, OutboxRow, Outgoing, OUTBOX_CHANNEL, RESERVED_HEADERS,
+    try_lock_relay, OutboxRow, Outgoing, OUTBOX_CHANNEL, RELAY_ROUND_BYTES, RELAY_ROUND_ROWS,
+    RESERVED_HEADERS, RESERVED_HEADER_PREFIXES,
 };
 pub use outcome::{FailureKind, Outcome};
 pub use partitions::{prepare as prepare_partitions, PREPARED_AHEAD, PREPARED_BEHIND};
@@ -45,5 +46,5 @@ pub use runner_settings::{
 };
 pub use schema::{apply_example_tables, migrate};
 pub use session::{ensure_guest_role, pool_options, DEFAULT_GUEST_ROLE};
-pub use store::{forget_attempts, record_failure};
+pub use store::{forget_attempts, lost_connection, record_failure, retryable_sqlstate};
 pub use strategy::{CommitOn, Strategy};

@@ -17,11 +17,26 @@ pub struct Outgoing {
     pub headers: Vec<Header>,
 }
 
+impl Outgoing {
+    /// Its size as the bounds count it: key, value, header names and values.
+    pub fn bytes(&self) -> usize {
+        let headers: usize = self
+            .headers
+            .iter()
+            .map(|h| h.key.len() + h.value.as_ref().map_or(0, Vec::len))
+            .sum();
+        self.value.len() + self.key.as_ref().map_or(0, Vec::len) + headers
+    }
+}
+
 /// Header names the host sets on every outgoing message; a handler may not.
 pub const MESSAGE_ID_HEADER: &str = "message_id";
 pub const CAUSED_BY_HEADER: &str = "inbox-caused-by";
 pub const TRACEPARENT_HEADER: &str = "traceparent";
 pub const RESERVED_HEADERS: &[&str] = &[MESSAGE_ID_HEADER, CAUSED_BY_HEADER, TRACEPARENT_HEADER];
+/// Prefixes of the headers the host puts on dead letters (`--dead-letter-topic`):
+/// a handler may not publish a record that looks like one.
+pub const RESERVED_HEADER_PREFIXES: &[&str] = &["kafka_dlt-", "inbox_host-"];
 
 /// The `message_id` of the message published at `position` (0, 1, …) by the run
 /// of `group`'s handler for the incoming `message_id`: the same on every run, so
@@ -75,33 +90,23 @@ fn stored_headers(outgoing: &Outgoing, message: &Message) -> serde_json::Value {
     serde_json::Value::Array(pairs)
 }
 
-/// Stores what the handlers of a transaction published, in one statement on the
-/// host's role (the transaction runs on the guest role until here, and the guest
-/// role has no rights in the host's schema). Call it last, before `COMMIT`.
+/// Most bytes of messages one insert of [`stage`] carries (and so the most the
+/// host encodes at once: a chunk is copied into the statement's parameters and
+/// again into the connection's buffer), besides one message past it.
+const STAGE_CHUNK_BYTES: usize = 4 << 20;
+
+/// Stores what the handlers of a transaction published, on the host's role
+/// (the transaction runs on the guest role until here, and the guest role has
+/// no rights in the host's schema): one insert per [`STAGE_CHUNK_BYTES`].
+/// The transaction stays on the host's role; the runner resumes the guest role
+/// when another handler runs after it.
 pub(super) async fn stage(
     conn: &mut PgConnection,
     group: &str,
     published: &[(&Message, Vec<Outgoing>)],
 ) -> Result<(), sqlx::Error> {
-    let rows = published.iter().map(|(_, o)| o.len()).sum::<usize>();
-    if rows == 0 {
+    if published.iter().all(|(_, o)| o.is_empty()) {
         return Ok(());
-    }
-    let (mut topics, mut keys, mut values, mut headers, mut ids) = (
-        Vec::with_capacity(rows),
-        Vec::with_capacity(rows),
-        Vec::with_capacity(rows),
-        Vec::with_capacity(rows),
-        Vec::with_capacity(rows),
-    );
-    for (message, outgoing) in published {
-        for (position, o) in outgoing.iter().enumerate() {
-            topics.push(o.topic.as_str());
-            keys.push(o.key.as_deref());
-            values.push(o.value.as_slice());
-            headers.push(stored_headers(o, message));
-            ids.push(outgoing_message_id(group, &message.message_id, position));
-        }
     }
     // The host's own role for its table, and no NOTIFY from the table's
     // trigger: the host wakes the relay after the commit (app/relay.rs).
@@ -111,21 +116,60 @@ pub(super) async fn stage(
     )
     .execute(&mut *conn)
     .await?;
-    sqlx::query(
-        "INSERT INTO inbox_host.outbox (topic, message_key, payload, headers, message_id, consumer_group)
-         SELECT o.topic, o.k, o.v, o.h, o.id, $6
-         FROM unnest($1::text[], $2::bytea[], $3::bytea[], $4::jsonb[], $5::text[])
-              AS o(topic, k, v, h, id)",
-    )
-    .bind(&topics)
-    .bind(&keys)
-    .bind(&values)
-    .bind(&headers)
-    .bind(&ids)
-    .bind(group)
-    .execute(&mut *conn)
-    .await?;
+    let mut chunk = Chunk::default();
+    for (message, outgoing) in published {
+        for (position, o) in outgoing.iter().enumerate() {
+            chunk.push(group, message, position, o);
+            if chunk.bytes >= STAGE_CHUNK_BYTES {
+                std::mem::take(&mut chunk).insert(conn, group).await?;
+            }
+        }
+    }
+    if !chunk.ids.is_empty() {
+        chunk.insert(conn, group).await?;
+    }
     Ok(())
+}
+
+/// The columns of one insert of outgoing rows.
+#[derive(Default)]
+struct Chunk<'a> {
+    topics: Vec<&'a str>,
+    keys: Vec<Option<&'a [u8]>>,
+    values: Vec<&'a [u8]>,
+    headers: Vec<serde_json::Value>,
+    ids: Vec<String>,
+    bytes: usize,
+}
+
+impl<'a> Chunk<'a> {
+    fn push(&mut self, group: &str, message: &Message, position: usize, o: &'a Outgoing) {
+        self.topics.push(o.topic.as_str());
+        self.keys.push(o.key.as_deref());
+        self.values.push(o.value.as_slice());
+        self.headers.push(stored_headers(o, message));
+        self.ids
+            .push(outgoing_message_id(group, &message.message_id, position));
+        self.bytes += o.bytes();
+    }
+
+    async fn insert(self, conn: &mut PgConnection, group: &str) -> Result<(), sqlx::Error> {
+        sqlx::query(
+            "INSERT INTO inbox_host.outbox (topic, message_key, payload, headers, message_id, consumer_group)
+             SELECT o.topic, o.k, o.v, o.h, o.id, $6
+             FROM unnest($1::text[], $2::bytea[], $3::bytea[], $4::jsonb[], $5::text[])
+                  AS o(topic, k, v, h, id)",
+        )
+        .bind(&self.topics)
+        .bind(&self.keys)
+        .bind(&self.values)
+        .bind(&self.headers)
+        .bind(&self.ids)
+        .bind(group)
+        .execute(conn)
+        .await?;
+        Ok(())
+    }
 }
 
 /// One stored outgoing message, as the relay sends it.
@@ -162,17 +206,40 @@ impl OutboxRow {
     }
 }
 
-/// The oldest `limit` outbox rows committed so far, in id order (the order they
-/// were written: rows of one key written one after another leave in that order).
-/// Rows still uncommitted are not seen and are read by a later call, however their
-/// ids compare with the ones sent: the relay keeps no high-water mark.
-pub async fn pending(conn: &mut PgConnection, limit: i64) -> Result<Vec<OutboxRow>, sqlx::Error> {
+/// A relay round reads at most this many rows, and stops adding rows once
+/// those before hold this many bytes (keys and values as sent, headers as stored):
+/// its memory is bounded whatever the rows hold.
+pub const RELAY_ROUND_ROWS: i64 = 2_000;
+pub const RELAY_ROUND_BYTES: i64 = 16 << 20;
+
+/// The oldest committed outbox rows, in id order (the order they were written:
+/// rows of one key written one after another leave in that order): at most
+/// `rows`, and no row after those that already hold `bytes` (the first row is
+/// always read, whatever its size). Rows still uncommitted are not seen and are
+/// read by a later call, however their ids compare with the ones sent: the
+/// relay keeps no high-water mark.
+pub async fn pending(
+    conn: &mut PgConnection,
+    rows: i64,
+    bytes: i64,
+) -> Result<Vec<OutboxRow>, sqlx::Error> {
+    // A bytea's octet_length is its size uncompressed, read from the stored
+    // value's header without fetching or decompressing it; headers (small, and
+    // jsonb has no such function) count as stored.
     sqlx::query_as(
-        "SELECT id, topic, message_key, payload, headers, message_id,
-                (extract(epoch FROM created_at) * 1000)::bigint AS created_ms
-         FROM inbox_host.outbox ORDER BY id LIMIT $1",
+        "SELECT id, topic, message_key, payload, headers, message_id, created_ms
+         FROM (SELECT o.*, (extract(epoch FROM o.created_at) * 1000)::bigint AS created_ms,
+                      coalesce(sum(coalesce(octet_length(o.payload), 0)
+                                   + coalesce(octet_length(o.message_key), 0)
+                                   + pg_column_size(o.headers))
+                               OVER (ORDER BY o.id ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING),
+                               0) AS before
+               FROM (SELECT * FROM inbox_host.outbox ORDER BY id LIMIT $1) AS o) AS round
+         WHERE before < $2
+         ORDER BY id",
     )
-    .bind(limit)
+    .bind(rows)
+    .bind(bytes)
     .fetch_all(conn)
     .await
 }

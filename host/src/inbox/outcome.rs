@@ -70,6 +70,13 @@ pub enum FailureKind {
 }
 
 impl FailureKind {
+    /// Whether the failure is the host's own rule applied to what the handler
+    /// asked for (a refused publication), so that trying again, however
+    /// often, meets the same refusal: the record is set aside at once.
+    pub fn is_final(self) -> bool {
+        matches!(self, FailureKind::PublishRule)
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             FailureKind::HandlerError => "handler-error",

@@ -165,7 +165,7 @@ impl Runner {
             return Ok(Batch::Committed(vec![Outcome::Duplicate; messages.len()]));
         };
         let mut outcomes = Vec::with_capacity(messages.len());
-        let mut published = Vec::new();
+        let mut published = Published::default();
         for (at, (message, run)) in messages.iter().zip(runs).enumerate() {
             if !run {
                 outcomes.push(Outcome::Duplicate);
@@ -174,9 +174,7 @@ impl Runner {
             match self.run_handler(handler, message, tx, until).await {
                 Ok((returned, outgoing)) => {
                     tx = returned;
-                    if !outgoing.is_empty() {
-                        published.push((*message, outgoing));
-                    }
+                    published.push(message, outgoing);
                 }
                 Err(failed) => {
                     let error = failed.rolled_back().await;
@@ -184,14 +182,54 @@ impl Runner {
                 }
             }
             outcomes.push(Outcome::Processed);
+            // Large publications are stored as they come, so a batch holds at
+            // most about one record's (`--max-publish-bytes`) besides the bound.
+            // (Checked first as before the commit: resuming the guest role must
+            // not hide a role the handlers changed.)
+            if published.bytes > STAGED_EARLY_BYTES && at + 1 < messages.len() {
+                let staged = match still_ours(&mut tx, &xid, by.guest_role).await {
+                    Ok(()) => self.stage(&mut tx, &mut published).await?,
+                    Err(broken) => Err(broken),
+                };
+                if let Err(broken) = staged {
+                    rollback(tx).await;
+                    return Ok(Batch::Broken(broken));
+                }
+                store::resume_guest_role(&mut tx, by.guest_role).await?;
+            }
         }
         if let Err(broken) = still_ours(&mut tx, &xid, by.guest_role).await {
             rollback(tx).await;
             return Ok(Batch::Broken(broken));
         }
-        outbox::stage(&mut tx, &self.settings.group, &published).await?;
+        if let Err(unstorable) = self.stage(&mut tx, &mut published).await? {
+            rollback(tx).await;
+            return Ok(Batch::Broken(unstorable));
+        }
         tx.commit().await?;
         Ok(Batch::Committed(outcomes))
+    }
+
+    /// Stores (and forgets) what the handlers published so far. A failure a
+    /// retry cannot fix (PostgreSQL refused what a handler gave it) is the
+    /// handlers' broken publish rule, never a retryable database error: it
+    /// would hold the partition for ever.
+    async fn stage(
+        &self,
+        tx: &mut Tx,
+        published: &mut Published<'_>,
+    ) -> Result<Result<(), HandlerError>, sqlx::Error> {
+        let staged = outbox::stage(tx, &self.settings.group, &published.messages).await;
+        *published = Published::default();
+        match staged {
+            Ok(()) => Ok(Ok(())),
+            Err(e) if store::fails_for_good(&e) => Ok(Err(HandlerError::new(
+                FailureKind::PublishRule,
+                false,
+                format!("the host could not store a message the handler published: {e}"),
+            ))),
+            Err(e) => Err(e),
+        }
     }
 
     fn claim_by<'a, H: Handler>(&'a self, handler: &'a H) -> ClaimBy<'a> {
@@ -352,6 +390,26 @@ enum Batch {
     /// Rolled back: every handler returned ok, but the transaction could no
     /// longer commit (in a batch, which handler broke it is not known).
     Broken(HandlerError),
+}
+
+/// Past this many bytes of publications held, a batch stores them before its
+/// next handler runs.
+const STAGED_EARLY_BYTES: usize = 4 << 20;
+
+/// What a batch's handlers published and the runner has not stored yet.
+#[derive(Default)]
+struct Published<'m> {
+    messages: Vec<(&'m Message, Vec<Outgoing>)>,
+    bytes: usize,
+}
+
+impl<'m> Published<'m> {
+    fn push(&mut self, message: &'m Message, outgoing: Vec<Outgoing>) {
+        if !outgoing.is_empty() {
+            self.bytes += outgoing.iter().map(Outgoing::bytes).sum::<usize>();
+            self.messages.push((message, outgoing));
+        }
+    }
 }
 
 /// For each message, whether it is the first in the batch with its id.

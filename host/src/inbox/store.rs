@@ -10,6 +10,57 @@ use super::Message;
 
 pub(super) const LOCK_NOT_AVAILABLE: &str = "55P03";
 
+/// Whether running a statement that failed with SQLSTATE `code` again can
+/// succeed: a serialization failure or deadlock (class 40), a lock or
+/// statement timeout. The rule guests read too (the WIT `db-error`).
+pub fn retryable_sqlstate(code: &str) -> bool {
+    code.starts_with("40") || code == LOCK_NOT_AVAILABLE || code == "57014"
+}
+
+/// Whether an error means the connection itself is gone (trying again on
+/// another connection can succeed) rather than that the statement could not run.
+pub fn lost_connection(e: &sqlx::Error) -> bool {
+    matches!(
+        e,
+        sqlx::Error::Io(_)
+            | sqlx::Error::Tls(_)
+            | sqlx::Error::PoolTimedOut
+            | sqlx::Error::PoolClosed
+            | sqlx::Error::WorkerCrashed
+    )
+}
+
+/// Whether a statement of the host's failed in a way no retry can fix: the
+/// server rejected what it was given (a value it cannot store, a check), or it
+/// could not be encoded. A lost connection, a timeout, a serialization
+/// failure, a server short of resources or shutting down may pass next time.
+pub(super) fn fails_for_good(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::Database(db) => {
+            let code = db.code().unwrap_or_default();
+            !(retryable_sqlstate(&code)
+                || ["08", "53", "57P"]
+                    .iter()
+                    .any(|class| code.starts_with(class)))
+        }
+        sqlx::Error::Encode(_) => true,
+        _ => false,
+    }
+}
+
+/// Returns the transaction to the guest role after a statement of the host's
+/// (its own role, `none`, set by [`begin_plain`] or the claim's `set_config`).
+pub(super) async fn resume_guest_role(
+    conn: &mut PgConnection,
+    guest_role: Option<&str>,
+) -> Result<(), sqlx::Error> {
+    sqlx::query("SELECT set_config('role', coalesce($1, 'none'), true)")
+        .bind(guest_role)
+        .execute(conn)
+        .await?;
+    Ok(())
+}
+
 /// Who is claiming and how long it may wait.
 pub(super) struct ClaimBy<'a> {
     pub group: &'a str,

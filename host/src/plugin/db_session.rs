@@ -10,12 +10,13 @@ use super::bindings::inbox::host::{db, types};
 use super::bindings::{DbError, Rows, Value};
 use super::clock::GuestClock;
 use super::db_values::{
-    bind_all, column_names, host_error, is_retryable_sqlstate, keyed_sql, param_bytes,
-    row_footprint, row_values, INVALID_PARAMETER, RESULT_TOO_LARGE, STATEMENT_REFUSED,
+    bind_all, column_names, host_error, keyed_sql, param_bytes, row_footprint, row_values,
+    INVALID_PARAMETER, RESULT_TOO_LARGE, STATEMENT_REFUSED,
 };
+use super::handed_over::Refusals;
 use super::outbox::OutboxSession;
 use super::sql_checks::CheckedStatements;
-use crate::inbox::Tx;
+use crate::inbox::{lost_connection, retryable_sqlstate, Tx};
 
 /// One message's `db` session: its transaction, and what its statements did.
 pub(crate) struct DbSession {
@@ -28,7 +29,7 @@ pub(crate) struct DbSession {
     /// is classified `db-rule`.
     pub refused_statement: Option<DbError>,
     /// Statements the host refused for this message (only the first few are logged).
-    pub refusals: u32,
+    pub refusals: Refusals,
     statements: Arc<CheckedStatements>,
     /// Parameter bytes allowed per statement, and sent so far by this message.
     max_param_bytes: usize,
@@ -50,7 +51,7 @@ impl DbSession {
             tx,
             failed_statement: None,
             refused_statement: None,
-            refusals: 0,
+            refusals: Refusals::default(),
             statements,
             max_param_bytes,
             param_bytes: 0,
@@ -65,7 +66,7 @@ impl DbSession {
         self.tx = Some(tx);
         self.failed_statement = None;
         self.refused_statement = None;
-        self.refusals = 0;
+        self.refusals.reset();
         self.param_bytes = 0;
         self.outbox.next_message();
     }
@@ -186,6 +187,8 @@ impl DbSession {
                 STATEMENT_REFUSED,
                 format!("a statement of {} bytes is too long (at most {MAX_STATEMENT_BYTES}) [rule: size]", sql.len()),
             );
+            self.refusals
+                .note("statement", STATEMENT_REFUSED, &refused.message);
             self.refused_statement
                 .get_or_insert_with(|| refused.clone());
             return Err(refused);
@@ -201,7 +204,8 @@ impl DbSession {
                     STATEMENT_REFUSED,
                     format!("{} [rule: {}]", v.message, v.rule),
                 );
-                self.log_refusal(&refused);
+                self.refusals
+                    .note("statement", STATEMENT_REFUSED, &refused.message);
                 self.refused_statement
                     .get_or_insert_with(|| refused.clone());
                 refused
@@ -234,18 +238,6 @@ impl DbSession {
         Ok(())
     }
 
-    /// The first few refusals of a message are logged whole (bounded); the rest
-    /// are counted and summed up once when the message ends.
-    fn log_refusal(&mut self, refused: &DbError) {
-        self.refusals += 1;
-        if self.refusals <= LOGGED_REFUSALS {
-            tracing::warn!(
-                "guest statement refused: {}",
-                crate::inbox::storable_text(&refused.message, LOGGED_TEXT_BYTES)
-            );
-        }
-    }
-
     /// Turns a failed statement into what the guest sees (remembering the first,
     /// which aborted the transaction), or a trap when the connection is gone.
     fn settle<T>(&mut self, error: sqlx::Error) -> wasmtime::Result<Result<T, DbError>> {
@@ -253,7 +245,7 @@ impl DbSession {
             sqlx::Error::Database(e) => {
                 let code = e.code().map(|c| c.into_owned()).unwrap_or_default();
                 let error = DbError {
-                    retryable: is_retryable_sqlstate(&code),
+                    retryable: retryable_sqlstate(&code),
                     code,
                     message: crate::inbox::storable_text(
                         e.message(),
@@ -278,27 +270,10 @@ impl DbSession {
     }
 }
 
-/// Whether an error means the connection itself is gone (the message is retried)
-/// rather than that this statement could not run.
-fn lost_connection(e: &sqlx::Error) -> bool {
-    matches!(
-        e,
-        sqlx::Error::Io(_)
-            | sqlx::Error::Tls(_)
-            | sqlx::Error::PoolTimedOut
-            | sqlx::Error::PoolClosed
-            | sqlx::Error::WorkerCrashed
-    )
-}
-
 /// The most a query may return to a guest, so a hostile `SELECT` cannot make the
 /// host buffer an unbounded result.
 const MAX_ROWS: usize = 100_000;
 const MAX_RESULT_BYTES: usize = 16 << 20;
-
-/// Refusals logged whole per message, and the bytes of each kept in the log.
-pub(super) const LOGGED_REFUSALS: u32 = 3;
-const LOGGED_TEXT_BYTES: usize = 512;
 
 /// A message's statements may send this many times `--max-param-bytes` in all.
 pub(super) const PARAM_BYTES_PER_MESSAGE_FACTOR: usize = 16;

@@ -25,14 +25,6 @@ pub(super) fn host_error(code: &str, message: impl Into<String>) -> DbError {
     }
 }
 
-/// SQLSTATEs after which the same work may succeed: serialization failures and
-/// deadlocks (class 40), lock timeouts, cancelled statements (statement
-/// timeouts). Sent to the guest as `db-error.retryable`, and used for a
-/// failure the guest ignored.
-pub(super) fn is_retryable_sqlstate(code: &str) -> bool {
-    code.starts_with("40") || code == "55P03" || code == "57014"
-}
-
 /// The SQL actually prepared: the guest's text behind a comment naming the
 /// parameter types. sqlx caches prepared statements by SQL text alone, so without
 /// it the same text bound first with text and then with an integer would reuse the

@@ -3,7 +3,7 @@
 
 use wasmtime::{Store, Trap, UpdateDeadline};
 
-use super::db_session::{ConnectionLost, LOGGED_REFUSALS};
+use super::db_session::ConnectionLost;
 use super::event::{handle_func, EventRef};
 use super::loader::{LoadError, Plugin, Reusable};
 use super::state::GuestState;
@@ -97,16 +97,23 @@ impl Handler for Plugin {
             ),
             Err(trap) => (Err(classify(&trap, state, &output)), None),
         };
-        let verdict = match (verdict, &state.db.outbox.refused) {
-            // A refused publication cannot be fixed by running again: whatever
-            // the guest made of the error, the record fails for good.
-            (Ok(()), Some(refused)) => Err(HandlerError::new(
+        // A refused publication or statement cannot be fixed by running again:
+        // whatever the guest made of the error, the record fails for good.
+        let verdict = match (verdict, &state.db.outbox.refused, &state.db.refused_statement) {
+            (Ok(()), Some(refused), _) => Err(HandlerError::new(
                 FailureKind::PublishRule,
                 false,
                 format!("the host refused a message the handler published ({} {}); nothing was committed",
                     refused.code, refused.message),
             )),
-            (verdict, _) => verdict.map_err(|error| blame_refusal(error, state)),
+            (Ok(()), None, Some(refused)) => Err(HandlerError::new(
+                FailureKind::DbRule,
+                false,
+                format!("the handler returned ok after the host refused one of its statements ({} {}); \
+                    a refused statement fails the run, so nothing was committed",
+                    refused.code, refused.message),
+            )),
+            (verdict, _, _) => verdict.map_err(|error| blame_refusal(error, state)),
         };
         let verdict = verdict.map(|()| state.db.outbox.take());
         let tx = state
@@ -200,10 +207,15 @@ impl Plugin {
             tracing::info!(plugin = %self.name, message_id = %message.message_id,
                 "guest output: {left_out} more lines not logged (at most {LOGGED_OUTPUT_LINES} lines, {LOGGED_OUTPUT_BYTES} bytes per message)");
         }
-        let unlogged_refusals = state.db.refusals.saturating_sub(LOGGED_REFUSALS);
-        if unlogged_refusals > 0 {
-            tracing::warn!(plugin = %self.name, message_id = %message.message_id,
-                "guest statement refused: {unlogged_refusals} more refusals in this message not logged");
+        for (what, refusals) in [
+            ("statement", &state.db.refusals),
+            ("publication", &state.db.outbox.refusals),
+        ] {
+            let unlogged = refusals.unlogged();
+            if unlogged > 0 {
+                tracing::warn!(plugin = %self.name, message_id = %message.message_id,
+                    "guest {what} refused: {unlogged} more refusals in this message not logged");
+            }
         }
     }
 }

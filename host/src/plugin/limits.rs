@@ -31,7 +31,7 @@ pub struct SandboxLimits {
 }
 
 /// What one message's guest may publish (`--publish-topic`, `--max-publish`,
-/// `--max-message-bytes`).
+/// `--max-message-bytes`, `--max-publish-bytes`).
 #[derive(Debug, Clone)]
 pub struct PublishLimits {
     /// Topics the guest may publish to; none by default.
@@ -40,6 +40,9 @@ pub struct PublishLimits {
     pub max_messages: usize,
     /// The most bytes one message may have: key, value, header names and values.
     pub max_message_bytes: usize,
+    /// The most bytes one record's publications may have together: what the
+    /// host holds for a record until its transaction stores them.
+    pub max_record_bytes: usize,
 }
 
 /// The CLI's defaults for `--max-publish` and `--max-message-bytes` (1 MiB,
@@ -47,12 +50,17 @@ pub struct PublishLimits {
 pub const DEFAULT_MAX_PUBLISH: usize = 100;
 pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 1 << 20;
 
+/// The CLI's default for `--max-publish-bytes`: eight default-sized messages
+/// (docs/outbox.md says why).
+pub const DEFAULT_MAX_PUBLISH_BYTES: usize = 8 << 20;
+
 impl Default for PublishLimits {
     fn default() -> Self {
         Self {
             topics: Vec::new(),
             max_messages: DEFAULT_MAX_PUBLISH,
             max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
+            max_record_bytes: DEFAULT_MAX_PUBLISH_BYTES,
         }
     }
 }

@@ -9,6 +9,7 @@ mod clock;
 mod db_session;
 mod db_values;
 mod event;
+mod handed_over;
 mod handle;
 mod legacy;
 mod limits;
@@ -21,7 +22,10 @@ mod sql_guard;
 mod state;
 mod swap;
 
-pub use limits::{PublishLimits, SandboxLimits, DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_MAX_PUBLISH};
+pub use limits::{
+    PublishLimits, SandboxLimits, DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_MAX_PUBLISH,
+    DEFAULT_MAX_PUBLISH_BYTES,
+};
 pub use loader::{digest_of, LoadError, Plugin, CONTRACT, CONTRACTS};
 pub use runtime::Runtime;
 pub use sql_guard::{check as check_statement, Violation};

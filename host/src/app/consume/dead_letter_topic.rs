@@ -77,3 +77,21 @@ pub fn original_headers(message: &Message) -> Vec<(&str, Option<&[u8]>)> {
         .map(|h| (h.key.as_str(), h.value.as_deref()))
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::HEADERS;
+    use crate::inbox::RESERVED_HEADER_PREFIXES;
+
+    #[test]
+    fn every_dead_letter_header_is_one_a_handler_may_not_publish() {
+        for header in HEADERS {
+            assert!(
+                RESERVED_HEADER_PREFIXES
+                    .iter()
+                    .any(|p| header.starts_with(p)),
+                "{header} is not reserved: a handler could forge it"
+            );
+        }
+    }
+}

@@ -77,7 +77,9 @@ pub fn decide(outcome: &Outcome, attempts: u32, policy: &RetryPolicy, strategy: 
         Outcome::Processed | Outcome::Duplicate | Outcome::SetAside(_) => Step::Acknowledge,
         Outcome::Locked => Step::RetryAfter(policy.backoff.delay(attempts)),
         Outcome::Failed(error) => {
-            let budget = if error.retryable {
+            let budget = if error.kind.is_final() {
+                Some(1)
+            } else if error.retryable {
                 policy.max_attempts
             } else {
                 Some(
@@ -125,6 +127,10 @@ mod tests {
         ))
     }
 
+    fn publish_refused() -> Outcome {
+        Outcome::Failed(HandlerError::new(FailureKind::PublishRule, false, "IH013"))
+    }
+
     #[test]
     fn each_outcome_strategy_and_attempt_count_leads_to_one_step() {
         use Step::*;
@@ -153,6 +159,14 @@ mod tests {
             (failed(false), 3, None, eoi, set_aside(3)),
             (failed(false), 2, Some(2), eoi, set_aside(2)),
             (failed(false), 3, Some(10), eoi, set_aside(3)),
+            // A refused publication is the host's rule, not a fluke: set aside at once.
+            (
+                publish_refused(),
+                1,
+                None,
+                eoi,
+                SetAside("failed 1 times; last: publish-rule: IH013".into()),
+            ),
             // Strategies that acknowledge a failure never retry it.
             (failed(true), 1, None, Strategy::AtMostOnce, Acknowledge),
             (Outcome::Locked, 1, None, Strategy::AtMostOnce, Acknowledge),
