@@ -29,7 +29,9 @@
 //!
 //! A handler that is a step in a pipeline also publishes messages with
 //! [`publish`]: they are stored in the same transaction and sent to Kafka after it
-//! commits (docs/outbox.md).
+//! commits (docs/outbox.md), and asks for HTTP requests with
+//! [`send_after_commit`]: stored in the same transaction and sent after it
+//! commits, with an `Idempotency-Key` the host derives (docs/effects.md).
 //!
 //! Returning `Ok(())` asks the host to commit the transaction; returning an error
 //! or panicking rolls it back. [`HandlerError::is_retryable`] tells the host
@@ -40,11 +42,13 @@ mod db;
 mod error;
 mod event;
 mod outbox;
+mod requests;
 
 pub use db::{Db, DbError, FromValue, Row, RowIndex, Rows, RowsIter, Value};
 pub use error::HandlerError;
 pub use event::{Event, Header};
 pub use outbox::{publish, Outgoing, PublishError};
+pub use requests::{send_after_commit, Request, RequestError};
 
 #[doc(hidden)]
 // Generated code: the flattened `handle` export takes one argument per field.

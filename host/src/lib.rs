@@ -13,7 +13,10 @@
 //!   records, offsets stored after the database commit (librdkafka commits them).
 //! - [`inbox`]: the runner: a batch of records in one transaction, inbox rows,
 //!   handler per record, commit; the host's schema and the rights it needs.
-//! - [`plugin`]: wasmtime, the sandbox, the `db` capability, hot swap.
+//! - [`plugin`]: wasmtime, the sandbox, the `db`, `outbox` and `requests`
+//!   capabilities, hot swap.
+//! - [`egress`]: calls beyond the database: the allow-list, the address check,
+//!   the HTTP client and the retry schedule, one gate for every guest request.
 //! - [`panics`]: the message of a caught panic (every layer catches its own).
 //! - [`telemetry`]: logs and OpenTelemetry traces, set up once by `main`.
 //! - [`toolchain`]: `inbox-host build` and `new`: plugins from source, toolchains pinned.
@@ -23,13 +26,15 @@
 //! # Architecture invariants
 //! - `kafka` knows nothing about SQL or wasm; `inbox` knows nothing about Kafka or
 //!   wasm; `plugin` knows nothing about Kafka. `plugin` depends on `inbox` only for
-//!   the [`inbox::Handler`] trait it implements.
+//!   the [`inbox::Handler`] trait it implements. `egress` knows nothing about
+//!   Kafka, SQL or wasm; `plugin` and `app` ask it.
 //! - Only the runner commits the database transaction, and the offset of a record
 //!   is stored only after (or, for at-most-once, committed before) that one place;
 //!   a partition's worker never stores an offset past a record that is not done.
 
 pub mod app;
 pub mod cli;
+pub mod egress;
 pub mod embedded;
 pub mod inbox;
 pub mod kafka;

@@ -222,5 +222,8 @@ fn a_publish_topic_that_is_the_dead_letter_topic_is_refused_at_start() {
         stderr.contains("--publish-topic orders-dlt is also the --dead-letter-topic"),
         "{stderr}"
     );
-    assert!(!stderr.contains("PostgreSQL"), "refused before connecting: {stderr}");
+    assert!(
+        !stderr.contains("PostgreSQL"),
+        "refused before connecting: {stderr}"
+    );
 }

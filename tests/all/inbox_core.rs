@@ -236,7 +236,7 @@ impl inbox::Handler for PanicsInTheHost {
         &self,
         message: &inbox::Message,
         mut tx: inbox::Tx,
-    ) -> (inbox::Tx, Result<Vec<inbox::Outgoing>, inbox::HandlerError>) {
+    ) -> (inbox::Tx, Result<inbox::AfterCommit, inbox::HandlerError>) {
         sqlx::query("INSERT INTO invoices (order_id, amount, message_id) VALUES ($1, 1, $1)")
             .bind(&message.message_id)
             .execute(&mut *tx)

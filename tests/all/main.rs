@@ -18,6 +18,7 @@ mod outbox;
 mod outbox_bounds;
 mod outbox_pipeline;
 mod plugin_loading;
+mod requests;
 mod sandbox;
 mod security;
 mod shadow;

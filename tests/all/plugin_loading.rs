@@ -89,7 +89,7 @@ fn a_plugin_built_against_the_previous_contract_is_refused_naming_both_versions(
     assert!(!ok);
     assert!(
         stderr
-            .contains("was built against inbox:host@0.1.0, and this host speaks inbox:host@0.3.0 and inbox:host@0.2.0")
+            .contains("was built against inbox:host@0.1.0, and this host speaks inbox:host@0.3.1, inbox:host@0.3.0 and inbox:host@0.2.0")
             && stderr.contains("rebuild it with the inbox-guest SDK"),
         "{stderr}"
     );
@@ -116,7 +116,7 @@ fn a_component_importing_wasi_http_is_told_which_import_and_how_to_drop_it() {
             ),
             (
                 "js.wit",
-                "package test:js;\nworld handler-with-http {\n  include inbox:host/handler@0.3.0;\n  import wasi:http/outgoing-handler@0.2.6;\n}\n",
+                "package test:js;\nworld handler-with-http {\n  include inbox:host/handler@0.3.1;\n  import wasi:http/outgoing-handler@0.2.6;\n}\n",
             ),
         ],
         "handler-with-http",

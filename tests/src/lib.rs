@@ -14,6 +14,7 @@ pub mod broker;
 pub mod host;
 pub mod otlp;
 pub mod raw_headers;
+pub mod receiver;
 pub mod stage;
 
 /// A plugin built by `build.rs`, by crate name (`panic-after-write`). Library
@@ -268,7 +269,7 @@ impl<H: Handler> Handler for Counting<H> {
         &self,
         message: &Message,
         tx: Tx,
-    ) -> (Tx, Result<Vec<inbox_host::inbox::Outgoing>, HandlerError>) {
+    ) -> (Tx, Result<inbox_host::inbox::AfterCommit, HandlerError>) {
         self.calls.fetch_add(1, Ordering::SeqCst);
         self.inner.handle(message, tx).await
     }

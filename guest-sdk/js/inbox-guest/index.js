@@ -17,8 +17,8 @@
 // A handler that is a step in a pipeline also publishes with
 // `publish(topic, value, { key, headers })`: stored in the same transaction and
 // sent to Kafka after it commits (docs/outbox.md).
-import * as wit from "inbox:host/db@0.3.0";
-import * as outbox from "inbox:host/outbox@0.3.0";
+import * as wit from "inbox:host/db@0.3.1";
+import * as outbox from "inbox:host/outbox@0.3.1";
 
 /** Fails the message on purpose; `retryable` (default false) says whether delivering it again can help. */
 export class HandlerError extends Error {

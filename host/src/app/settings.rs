@@ -7,9 +7,10 @@ use std::time::Duration;
 use anyhow::bail;
 
 use crate::cli::{CommitOnArg, RunArgs, StrategyArg};
+use crate::egress::{AllowList, GateSettings, Schedule};
 use crate::inbox::{self, CommitOn, RunnerSettings, Strategy};
 use crate::kafka::{self, ConsumerSettings, IdSources};
-use crate::plugin::{PublishLimits, SandboxLimits};
+use crate::plugin::{PublishLimits, RequestLimits, SandboxLimits};
 
 use super::consume::{Backoff, PipelineLimits, RetryPolicy};
 
@@ -42,6 +43,16 @@ pub struct RunSettings {
     pub dead_letter_topic: Option<String>,
     /// Run the outbox relay in this process.
     pub relay: bool,
+    /// Requests after commit: the gate and the sender's schedule.
+    pub http: HttpSettings,
+}
+
+/// How requests after commit are sent (`--http-*`).
+#[derive(Debug, Clone)]
+pub struct HttpSettings {
+    pub gate: GateSettings,
+    pub schedule: Schedule,
+    pub per_origin: usize,
 }
 
 impl RunSettings {
@@ -142,6 +153,23 @@ impl RunSettings {
                 ));
             }
         }
+        let allow = AllowList::parse(&args.http_allow).unwrap_or_else(|bad| {
+            problems.extend(bad);
+            AllowList::default()
+        });
+        let retry_for = parse_duration(&args.http_retry_for).unwrap_or_else(|| {
+            problems.push(format!(
+                "--http-retry-for {:?} is not a duration: give seconds or a number with s, m or h (e.g. 1h)",
+                args.http_retry_for
+            ));
+            Duration::from_secs(3600)
+        });
+        if let Some(ca) = args.http_ca.as_deref().filter(|p| !p.is_file()) {
+            problems.push(format!(
+                "--http-ca {} does not exist or is not a file",
+                ca.display()
+            ));
+        }
         let worker_id = args.worker_id.clone().unwrap_or_else(default_worker_id);
         let checks = [
             (
@@ -196,6 +224,14 @@ impl RunSettings {
                 args.max_publish_bytes == 0,
                 "--max-publish-bytes must be at least 1",
             ),
+            (
+                args.http_max_request_bytes > MAX_BYTES || args.http_max_response_bytes > MAX_BYTES,
+                "--http-max-request-bytes and --http-max-response-bytes must be at most 1073741824 (1 GiB)",
+            ),
+            (
+                args.http_concurrency == 0 || args.http_timeout_ms == 0,
+                "--http-concurrency and --http-timeout-ms must be at least 1",
+            ),
         ];
         let millis = [
             ("--lock-timeout-ms", args.lock_timeout_ms),
@@ -218,6 +254,14 @@ impl RunSettings {
         if !problems.is_empty() {
             bail!("{}", problems.join("\n  "));
         }
+        let allow = std::sync::Arc::new(allow);
+        let requests = RequestLimits {
+            group: group.clone(),
+            allow: allow.clone(),
+            max_requests: args.http_max_requests,
+            max_request_bytes: args.http_max_request_bytes,
+            reply_topics: publish_topics.clone(),
+        };
         Ok(Self {
             plugin,
             database_url,
@@ -265,9 +309,23 @@ impl RunSettings {
                     max_message_bytes: args.max_message_bytes,
                     max_record_bytes: args.max_publish_bytes,
                 },
+                requests,
                 ..SandboxLimits::default()
             },
             relay: !args.no_relay,
+            http: HttpSettings {
+                gate: GateSettings {
+                    allow,
+                    timeout: Duration::from_millis(args.http_timeout_ms.min(MAX_MILLIS)),
+                    max_response_bytes: args.http_max_response_bytes,
+                    extra_ca: args.http_ca.clone(),
+                },
+                schedule: Schedule {
+                    window: retry_for,
+                    ..Schedule::default()
+                },
+                per_origin: args.http_concurrency,
+            },
             status_addr: args.status_addr.filter(|a| !a.trim().is_empty()),
             stall_after: Duration::from_secs(args.stall_after_secs.max(1)),
             compile_cache: args.compile_cache.dir(),
@@ -287,6 +345,23 @@ impl RunSettings {
 /// Bounds of the operator's numbers: past them a flag is refused with its
 /// range instead of overflowing a time or a size later.
 const MAX_RETENTION_DAYS: f64 = 36_500.0;
+
+/// `3600`, `90s`, `30m`, `1h` as a duration.
+fn parse_duration(text: &str) -> Option<Duration> {
+    let text = text.trim();
+    let (number, unit) = match text.find(|c: char| !c.is_ascii_digit()) {
+        Some(at) => text.split_at(at),
+        None => (text, "s"),
+    };
+    let n: u64 = number.parse().ok()?;
+    let secs = match unit.trim() {
+        "s" => n,
+        "m" => n.checked_mul(60)?,
+        "h" => n.checked_mul(3600)?,
+        _ => return None,
+    };
+    Some(Duration::from_secs(secs))
+}
 
 /// A checked number of days as a duration.
 fn days(days: f64) -> Duration {

@@ -198,6 +198,35 @@ pub struct RunArgs {
     /// transaction stores them (docs/outbox.md).
     #[arg(long, env = "INBOX_MAX_PUBLISH_BYTES", default_value_t = crate::plugin::DEFAULT_MAX_PUBLISH_BYTES)]
     pub max_publish_bytes: usize,
+    /// A URL prefix or origin handlers may send requests to (repeat, or
+    /// comma-separate in INBOX_HTTP_ALLOW): https unless the rule says http;
+    /// loopback, private and link-local addresses only where a rule names the
+    /// address itself. None by default (docs/effects.md).
+    #[arg(long = "http-allow", env = "INBOX_HTTP_ALLOW", value_delimiter = ',')]
+    pub http_allow: Vec<String>,
+    /// The most requests a handler may ask for in one record's run.
+    #[arg(long, env = "INBOX_HTTP_MAX_REQUESTS", default_value_t = crate::plugin::DEFAULT_MAX_REQUESTS)]
+    pub http_max_requests: usize,
+    /// The most bytes (URL, headers, body) of one request.
+    #[arg(long, env = "INBOX_HTTP_MAX_REQUEST_BYTES", default_value_t = crate::plugin::DEFAULT_MAX_REQUEST_BYTES)]
+    pub http_max_request_bytes: usize,
+    /// The most bytes of a response the host reads (a reply carries at most this).
+    #[arg(long, env = "INBOX_HTTP_MAX_RESPONSE_BYTES", default_value_t = 1 << 20)]
+    pub http_max_response_bytes: usize,
+    /// The longest one request may take, connecting included, in ms.
+    #[arg(long, env = "INBOX_HTTP_TIMEOUT_MS", default_value_t = 10_000)]
+    pub http_timeout_ms: u64,
+    /// How long after its commit a request is still retried (`3600`, `90s`,
+    /// `30m`, `1h`); a receiver must keep idempotency keys at least this long.
+    #[arg(long, env = "INBOX_HTTP_RETRY_FOR", default_value = "1h")]
+    pub http_retry_for: String,
+    /// Requests in flight at once per origin, per host.
+    #[arg(long, env = "INBOX_HTTP_CONCURRENCY", default_value_t = 8)]
+    pub http_concurrency: usize,
+    /// A PEM file of certificate authorities to trust besides the system's
+    /// (a private CA).
+    #[arg(long, env = "INBOX_HTTP_CA")]
+    pub http_ca: Option<PathBuf>,
     /// Do not relay outbox rows from this process (run `inbox-host relay`
     /// elsewhere). By default every host runs a relay; one sends at a time.
     #[arg(long, env = "INBOX_NO_RELAY")]

@@ -1,6 +1,6 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::inbox::{FailureKind, Handler, HandlerError, Message, Outgoing, Tx};
+use crate::inbox::{AfterCommit, FailureKind, Handler, HandlerError, Message, Outgoing, Tx};
 
 /// The billing handler written natively in Rust: the same INSERT the billing
 /// plugin does, through the same runner. The lab uses it (optionally failing
@@ -31,7 +31,7 @@ impl Handler for NativeBilling {
         &self,
         message: &Message,
         mut tx: Tx,
-    ) -> (Tx, Result<Vec<Outgoing>, HandlerError>) {
+    ) -> (Tx, Result<AfterCommit, HandlerError>) {
         self.runs.fetch_add(1, Ordering::SeqCst);
         let order: Order = match serde_json::from_slice(&message.payload) {
             Ok(o) => o,
@@ -81,7 +81,7 @@ impl Handler for NativeBilling {
                 true,
                 "the lab's handler fails after writing its invoice",
             )),
-            Ok(_) => Ok(published),
+            Ok(_) => Ok(AfterCommit::messages(published)),
         };
         (tx, verdict)
     }

@@ -35,7 +35,8 @@ pub async fn dead_letter(pool: &PgPool, letter: &DeadLetter<'_>) -> Result<(), s
               plugin_digest, record_timestamp)
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13,
                  to_timestamp($14::float8 / 1000))
-         ON CONFLICT (consumer_group, topic, kafka_partition, kafka_offset) DO NOTHING",
+         ON CONFLICT (consumer_group, topic, kafka_partition, kafka_offset)
+             WHERE letter_kind = 'record' DO NOTHING",
     )
     .bind(letter.group)
     .bind(&m.topic)
@@ -138,6 +139,12 @@ pub struct LetterSummary {
     pub redriven_at: Option<DateTime<Utc>>,
     pub redriven_by: Option<String>,
     pub redriven_to: Option<String>,
+    /// `record` (a record set aside) or `request` (a request after commit
+    /// that failed for good).
+    pub letter_kind: String,
+    /// For a request: its method, URL, key, ordering key, reply topic and the
+    /// answer (status, headers, start of the body) or why none came.
+    pub request: Option<sqlx::types::Json<serde_json::Value>>,
 }
 
 /// A dead letter with the record it keeps.
@@ -150,7 +157,7 @@ pub struct StoredLetter {
 
 const SUMMARY_COLUMNS: &str = "id, consumer_group, topic, kafka_partition, kafka_offset, \
      message_id, reason, failure_kind, attempts, plugin_digest, record_timestamp, recorded_at, \
-     redrives, redriven_at, redriven_by, redriven_to";
+     redrives, redriven_at, redriven_by, redriven_to, letter_kind, request";
 
 /// `SELECT <what> FROM inbox_host.dead_letters WHERE <filter>`, each filter
 /// value bound, never spliced into the text.
@@ -287,6 +294,43 @@ pub async fn claim_for_redrive(
 }
 
 impl RedriveClaim {
+    /// Whether the letter is a request after commit (redriven by sending it
+    /// again with its key, not by republishing a record).
+    pub fn is_request(&self) -> bool {
+        self.letter.summary.letter_kind == "request"
+    }
+
+    /// Queues the letter's request to be sent again, with the same
+    /// `Idempotency-Key`, and records that `by` did so, now.
+    pub async fn requeue(mut self, by: &str) -> Result<(), sqlx::Error> {
+        sqlx::query(
+            "INSERT INTO inbox_host.requests
+                 (consumer_group, idempotency_key, method, url, headers, body, ordering_key,
+                  reply_topic, caused_by, topic, kafka_partition, kafka_offset)
+             SELECT consumer_group, request->>'idempotency_key', request->>'method', request->>'url',
+                    (SELECT coalesce(jsonb_agg(jsonb_build_array(h->>'key', h->'value')), '[]')
+                       FROM jsonb_array_elements(headers) AS h),
+                    coalesce(payload, ''), request->>'ordering_key', request->>'reply_topic',
+                    coalesce(message_id, ''), topic, kafka_partition, kafka_offset
+               FROM inbox_host.dead_letters WHERE id = $1 AND letter_kind = 'request'",
+        )
+        .bind(self.letter.summary.id)
+        .execute(&mut *self.tx)
+        .await?;
+        let id = self.letter.summary.id;
+        sqlx::query(
+            "UPDATE inbox_host.dead_letters
+                SET redrives = redrives + 1, redriven_at = now(), redriven_by = $2,
+                    redriven_to = 'inbox_host.requests'
+              WHERE id = $1",
+        )
+        .bind(id)
+        .bind(by)
+        .execute(&mut *self.tx)
+        .await?;
+        self.tx.commit().await
+    }
+
     /// Records that the letter was republished to `to_topic` by `by`, now.
     pub async fn redriven(mut self, by: &str, to_topic: &str) -> Result<(), sqlx::Error> {
         sqlx::query(

@@ -1,6 +1,6 @@
 use std::future::Future;
 
-use super::{FailureKind, Message, Outgoing};
+use super::{FailureKind, Message, Outgoing, OutgoingRequest};
 
 /// The open transaction a handler works in. Dropping it rolls back.
 pub type Tx = sqlx::Transaction<'static, sqlx::Postgres>;
@@ -14,13 +14,45 @@ pub trait Handler: Send + Sync {
     fn version(&self) -> &str;
 
     /// Handles `message` using `tx`; returns the transaction and the verdict:
-    /// on success, the messages the handler published, in order (the runner
-    /// stores them in the same transaction).
+    /// on success, what is left to do once it commits (the runner stores it in
+    /// the same transaction).
     fn handle(
         &self,
         message: &Message,
         tx: Tx,
-    ) -> impl Future<Output = (Tx, Result<Vec<Outgoing>, HandlerError>)> + Send;
+    ) -> impl Future<Output = (Tx, Result<AfterCommit, HandlerError>)> + Send;
+}
+
+/// What a successful run leaves to do after its transaction commits: the
+/// messages it published and the HTTP requests it asked for, each in order.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AfterCommit {
+    pub messages: Vec<Outgoing>,
+    pub requests: Vec<OutgoingRequest>,
+}
+
+impl AfterCommit {
+    /// Only messages to publish.
+    pub fn messages(messages: Vec<Outgoing>) -> Self {
+        Self {
+            messages,
+            requests: Vec::new(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.messages.is_empty() && self.requests.is_empty()
+    }
+
+    /// What the host holds for it, as the bounds count it.
+    pub fn bytes(&self) -> usize {
+        self.messages.iter().map(Outgoing::bytes).sum::<usize>()
+            + self
+                .requests
+                .iter()
+                .map(OutgoingRequest::bytes)
+                .sum::<usize>()
+    }
 }
 
 /// Why a handler did not succeed, and whether delivering again can help.

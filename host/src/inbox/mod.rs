@@ -13,6 +13,7 @@ mod message;
 mod outbox;
 mod outcome;
 mod partitions;
+mod requests;
 mod retention;
 mod rights;
 mod runner;
@@ -27,16 +28,22 @@ pub use dead_letters::{
     claim_for_redrive, dead_letter, letter_ids, list_letters, show_letter, DeadLetter, LetterError,
     LetterFilter, LetterSummary, RedriveClaim, StoredLetter,
 };
-pub use handler::{storable_text, Handler, HandlerError, Tx, MAX_FAILURE_TEXT};
+pub use handler::{storable_text, AfterCommit, Handler, HandlerError, Tx, MAX_FAILURE_TEXT};
 pub use live::{live_fates, LiveFate};
 pub use message::{Header, Message};
 pub use outbox::{
-    backlog as outbox_backlog, delete_sent, outgoing_message_id, pending as pending_outgoing,
-    try_lock_relay, OutboxRow, Outgoing, OUTBOX_CHANNEL, RELAY_ROUND_BYTES, RELAY_ROUND_ROWS,
-    RESERVED_HEADERS, RESERVED_HEADER_PREFIXES,
+    backlog as outbox_backlog, delete_sent, derived_id, outgoing_message_id,
+    pending as pending_outgoing, try_lock_relay, OutboxRow, Outgoing, CAUSED_BY_HEADER,
+    OUTBOX_CHANNEL, RELAY_ROUND_BYTES, RELAY_ROUND_ROWS, RESERVED_HEADERS,
+    RESERVED_HEADER_PREFIXES,
 };
 pub use outcome::{FailureKind, Outcome};
 pub use partitions::{prepare as prepare_partitions, PREPARED_AHEAD, PREPARED_BEHIND};
+pub use requests::{
+    backlog as request_backlog, finish as finish_request, idempotency_key, next_due_in,
+    reply_message_id, retry_later as retry_request_later, set_aside as set_request_aside,
+    take_due as take_due_requests, OutgoingRequest, Reply, StoredRequest,
+};
 pub use retention::{prune, prune_attempts, prune_dead_letters, Pruned, ATTEMPTS_KEPT};
 pub use rights::{check_rights, RUNTIME_RIGHTS};
 pub use runner::Runner;

@@ -5,7 +5,7 @@
 use sha2::{Digest, Sha256};
 use sqlx::PgConnection;
 
-use super::{Header, Message};
+use super::{AfterCommit, Header, Message};
 
 /// A message a handler published: sent by the relay once its transaction commits.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -41,12 +41,19 @@ pub const RESERVED_HEADER_PREFIXES: &[&str] = &["kafka_dlt-", "inbox_host-"];
 /// The `message_id` of the message published at `position` (0, 1, …) by the run
 /// of `group`'s handler for the incoming `message_id`: the same on every run, so
 /// a run repeated after a rollback, or a relay that sends again after a crash,
-/// publishes ids a downstream inbox recognises. A UUID (version 8, RFC 9562)
-/// made of the first bytes of a SHA-256.
+/// publishes ids a downstream inbox recognises.
 pub fn outgoing_message_id(group: &str, incoming_id: &str, position: usize) -> String {
+    derived_id("inbox-host outbox", group, incoming_id, position)
+}
+
+/// An id derived from a namespace (what it names: outgoing messages, requests,
+/// replies), the group, the incoming message id and a position: a UUID
+/// (version 8, RFC 9562) made of the first bytes of a SHA-256 of the parts,
+/// each behind its length.
+pub fn derived_id(namespace: &str, group: &str, incoming_id: &str, position: usize) -> String {
     let mut hash = Sha256::new();
     for part in [
-        "inbox-host outbox".as_bytes(),
+        namespace.as_bytes(),
         group.as_bytes(),
         incoming_id.as_bytes(),
     ] {
@@ -95,30 +102,17 @@ fn stored_headers(outgoing: &Outgoing, message: &Message) -> serde_json::Value {
 /// again into the connection's buffer), besides one message past it.
 const STAGE_CHUNK_BYTES: usize = 4 << 20;
 
-/// Stores what the handlers of a transaction published, on the host's role
-/// (the transaction runs on the guest role until here, and the guest role has
-/// no rights in the host's schema): one insert per [`STAGE_CHUNK_BYTES`].
-/// The transaction stays on the host's role; the runner resumes the guest role
-/// when another handler runs after it.
+/// Stores what the handlers of a transaction published: one insert per
+/// [`STAGE_CHUNK_BYTES`]. The transaction must be on the host's role already
+/// (`store::as_host`): the guest role has no rights in the host's schema.
 pub(super) async fn stage(
     conn: &mut PgConnection,
     group: &str,
-    published: &[(&Message, Vec<Outgoing>)],
+    runs: &[(&Message, AfterCommit)],
 ) -> Result<(), sqlx::Error> {
-    if published.iter().all(|(_, o)| o.is_empty()) {
-        return Ok(());
-    }
-    // The host's own role for its table, and no NOTIFY from the table's
-    // trigger: the host wakes the relay after the commit (app/relay.rs).
-    sqlx::query(
-        "SELECT pg_catalog.set_config('role', 'none', true),
-                pg_catalog.set_config('inbox_host.wakes_relay_itself', 'on', true)",
-    )
-    .execute(&mut *conn)
-    .await?;
     let mut chunk = Chunk::default();
-    for (message, outgoing) in published {
-        for (position, o) in outgoing.iter().enumerate() {
+    for (message, run) in runs {
+        for (position, o) in run.messages.iter().enumerate() {
             chunk.push(group, message, position, o);
             if chunk.bytes >= STAGE_CHUNK_BYTES {
                 std::mem::take(&mut chunk).insert(conn, group).await?;

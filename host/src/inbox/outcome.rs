@@ -57,6 +57,9 @@ pub enum FailureKind {
     /// A message the guest published was refused (a topic not allowed, too many,
     /// too large).
     PublishRule,
+    /// A request the guest asked to send after commit was refused (a URL not
+    /// allowed, too many, too large).
+    RequestRule,
     /// The handler returned ok, but its transaction was no longer committable (a
     /// statement failed and aborted it, or it was ended or replaced).
     TransactionBroken,
@@ -74,7 +77,7 @@ impl FailureKind {
     /// asked for (a refused publication), so that trying again, however
     /// often, meets the same refusal: the record is set aside at once.
     pub fn is_final(self) -> bool {
-        matches!(self, FailureKind::PublishRule)
+        matches!(self, FailureKind::PublishRule | FailureKind::RequestRule)
     }
 
     pub fn as_str(self) -> &'static str {
@@ -86,6 +89,7 @@ impl FailureKind {
             FailureKind::Stack => "stack",
             FailureKind::DbRule => "db-rule",
             FailureKind::PublishRule => "publish-rule",
+            FailureKind::RequestRule => "request-rule",
             FailureKind::TransactionBroken => "transaction-broken",
             FailureKind::Trap => "trap",
             FailureKind::Database => "database",

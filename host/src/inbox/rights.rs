@@ -24,6 +24,7 @@ pub const RUNTIME_RIGHTS: &[(&str, &str)] = &[
     ("inbox_host.dead_letters", "SELECT, INSERT"),
     ("inbox_host.attempts", "SELECT, INSERT, UPDATE, DELETE"),
     ("inbox_host.outbox", "SELECT, INSERT, DELETE"),
+    ("inbox_host.requests", "SELECT, INSERT, UPDATE, DELETE"),
     ("inbox_host._sqlx_migrations", "SELECT"),
 ];
 

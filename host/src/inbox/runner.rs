@@ -6,8 +6,10 @@ use tokio::time::Instant;
 
 use super::claim::{self, BatchClaim};
 use super::store::{self, ClaimBy};
-use super::{outbox, partitions};
-use super::{FailureKind, Handler, HandlerError, Message, Outcome, Outgoing, RunnerSettings, Tx};
+use super::{outbox, partitions, requests};
+use super::{
+    AfterCommit, FailureKind, Handler, HandlerError, Message, Outcome, RunnerSettings, Tx,
+};
 
 /// Runs messages through begin → inbox rows → handler per message → commit,
 /// one at a time or a batch per transaction.
@@ -172,9 +174,9 @@ impl Runner {
                 continue;
             }
             match self.run_handler(handler, message, tx, until).await {
-                Ok((returned, outgoing)) => {
+                Ok((returned, after_commit)) => {
                     tx = returned;
-                    published.push(message, outgoing);
+                    published.push(message, after_commit);
                 }
                 Err(failed) => {
                     let error = failed.rolled_back().await;
@@ -210,23 +212,32 @@ impl Runner {
         Ok(Batch::Committed(outcomes))
     }
 
-    /// Stores (and forgets) what the handlers published so far. A failure a
-    /// retry cannot fix (PostgreSQL refused what a handler gave it) is the
-    /// handlers' broken publish rule, never a retryable database error: it
-    /// would hold the partition for ever.
+    /// Stores (and forgets) what the handlers published and requested so far,
+    /// on the host's role. A failure a retry cannot fix (PostgreSQL refused
+    /// what a handler gave it) is the handlers' broken publish rule, never a
+    /// retryable database error: it would hold the partition for ever.
     async fn stage(
         &self,
         tx: &mut Tx,
         published: &mut Published<'_>,
     ) -> Result<Result<(), HandlerError>, sqlx::Error> {
-        let staged = outbox::stage(tx, &self.settings.group, &published.messages).await;
+        if published.runs.is_empty() {
+            return Ok(Ok(()));
+        }
+        let group = &self.settings.group;
+        let staged = async {
+            store::as_host(tx).await?;
+            outbox::stage(tx, group, &published.runs).await?;
+            requests::stage(tx, group, &published.runs).await
+        }
+        .await;
         *published = Published::default();
         match staged {
             Ok(()) => Ok(Ok(())),
             Err(e) if store::fails_for_good(&e) => Ok(Err(HandlerError::new(
                 FailureKind::PublishRule,
                 false,
-                format!("the host could not store a message the handler published: {e}"),
+                format!("the host could not store a message or request the handler gave it: {e}"),
             ))),
             Err(e) => Err(e),
         }
@@ -255,11 +266,11 @@ impl Runner {
         message: &Message,
         tx: Tx,
         until: Instant,
-    ) -> Result<(Tx, Vec<Outgoing>), HandlerFailed> {
+    ) -> Result<(Tx, AfterCommit), HandlerFailed> {
         let call = AssertUnwindSafe(handler.handle(message, tx)).catch_unwind();
         let dropped = |error| HandlerFailed { tx: None, error };
         match tokio::time::timeout_at(until, call).await {
-            Ok(Ok((tx, Ok(outgoing)))) => Ok((tx, outgoing)),
+            Ok(Ok((tx, Ok(after_commit)))) => Ok((tx, after_commit)),
             Ok(Ok((tx, Err(error)))) => Err(HandlerFailed {
                 tx: Some(tx),
                 error,
@@ -298,7 +309,7 @@ impl Runner {
         &self,
         message: &Message,
         handler: &H,
-    ) -> (Outcome, Vec<Outgoing>) {
+    ) -> (Outcome, AfterCommit) {
         let by = self.claim_by(handler);
         let rehearsal = async {
             let mut tx = self.pool.begin().await?;
@@ -307,12 +318,15 @@ impl Runner {
             let (mut tx, outgoing) = match self.run_handler(handler, message, tx, until).await {
                 Ok(ran) => ran,
                 Err(failed) => {
-                    return Ok((Outcome::Failed(failed.rolled_back().await), Vec::new()))
+                    return Ok((
+                        Outcome::Failed(failed.rolled_back().await),
+                        AfterCommit::default(),
+                    ))
                 }
             };
             let rehearsed = match still_ours(&mut tx, &xid, by.guest_role).await {
                 Ok(()) => (Outcome::Processed, outgoing),
-                Err(broken) => (Outcome::Failed(broken), Vec::new()),
+                Err(broken) => (Outcome::Failed(broken), AfterCommit::default()),
             };
             rollback(tx).await;
             Ok::<_, sqlx::Error>(rehearsed)
@@ -323,7 +337,7 @@ impl Runner {
                 true,
                 format!("database error around the handler: {e}"),
             );
-            (Outcome::Failed(error), Vec::new())
+            (Outcome::Failed(error), AfterCommit::default())
         })
     }
 }
@@ -396,18 +410,19 @@ enum Batch {
 /// next handler runs.
 const STAGED_EARLY_BYTES: usize = 4 << 20;
 
-/// What a batch's handlers published and the runner has not stored yet.
+/// What a batch's handlers published or requested and the runner has not
+/// stored yet.
 #[derive(Default)]
 struct Published<'m> {
-    messages: Vec<(&'m Message, Vec<Outgoing>)>,
+    runs: Vec<(&'m Message, AfterCommit)>,
     bytes: usize,
 }
 
 impl<'m> Published<'m> {
-    fn push(&mut self, message: &'m Message, outgoing: Vec<Outgoing>) {
-        if !outgoing.is_empty() {
-            self.bytes += outgoing.iter().map(Outgoing::bytes).sum::<usize>();
-            self.messages.push((message, outgoing));
+    fn push(&mut self, message: &'m Message, after_commit: AfterCommit) {
+        if !after_commit.is_empty() {
+            self.bytes += after_commit.bytes();
+            self.runs.push((message, after_commit));
         }
     }
 }

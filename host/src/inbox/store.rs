@@ -48,6 +48,19 @@ pub(super) fn fails_for_good(e: &sqlx::Error) -> bool {
     }
 }
 
+/// Switches the transaction to the host's own role (`none`: the session's) for
+/// its statements on the host's tables, with no NOTIFY from the outbox's
+/// trigger: the host wakes its relay after the commit (app/relay.rs).
+pub(super) async fn as_host(conn: &mut PgConnection) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "SELECT pg_catalog.set_config('role', 'none', true),
+                pg_catalog.set_config('inbox_host.wakes_relay_itself', 'on', true)",
+    )
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
 /// Returns the transaction to the guest role after a statement of the host's
 /// (its own role, `none`, set by [`begin_plain`] or the claim's `set_config`).
 pub(super) async fn resume_guest_role(

@@ -6,6 +6,7 @@ use std::future::Future;
 use std::sync::Arc;
 
 use super::bindings::inbox::host::outbox::{self, Message, PublishError};
+use super::bindings::inbox::host::requests::{self, Request, RequestError};
 use super::bindings::inbox::host::{db, types};
 use super::bindings::{DbError, Rows, Value};
 use super::clock::GuestClock;
@@ -15,6 +16,7 @@ use super::db_values::{
 };
 use super::handed_over::Refusals;
 use super::outbox::OutboxSession;
+use super::requests::RequestSession;
 use super::sql_checks::CheckedStatements;
 use crate::inbox::{lost_connection, retryable_sqlstate, Tx};
 
@@ -37,6 +39,8 @@ pub(crate) struct DbSession {
     clock: GuestClock,
     /// What the guest published (the `outbox` interface shares this session).
     pub outbox: OutboxSession,
+    /// What the guest asked to send after commit (`requests` shares it too).
+    pub requests: RequestSession,
 }
 
 impl DbSession {
@@ -46,6 +50,7 @@ impl DbSession {
         max_param_bytes: usize,
         clock: GuestClock,
         outbox: OutboxSession,
+        requests: RequestSession,
     ) -> Self {
         Self {
             tx,
@@ -57,6 +62,7 @@ impl DbSession {
             param_bytes: 0,
             clock,
             outbox,
+            requests,
         }
     }
 
@@ -83,6 +89,15 @@ impl types::Host for DbSession {}
 impl outbox::Host for DbSession {
     async fn publish(&mut self, message: Message) -> wasmtime::Result<Result<(), PublishError>> {
         Ok(self.outbox.publish(message))
+    }
+}
+
+impl requests::Host for DbSession {
+    async fn send_after_commit(
+        &mut self,
+        request: Request,
+    ) -> wasmtime::Result<Result<String, RequestError>> {
+        Ok(self.requests.request(request))
     }
 }
 

@@ -7,7 +7,7 @@ use super::db_session::ConnectionLost;
 use super::event::{handle_func, EventRef};
 use super::loader::{LoadError, Plugin, Reusable};
 use super::state::GuestState;
-use crate::inbox::{storable_text, FailureKind, Handler, HandlerError, Message, Outgoing, Tx};
+use crate::inbox::{storable_text, AfterCommit, FailureKind, Handler, HandlerError, Message, Tx};
 
 /// Guest output logged per message: lines, bytes in all, and bytes per line.
 const LOGGED_OUTPUT_LINES: usize = 20;
@@ -24,7 +24,7 @@ impl Handler for Plugin {
         &self.digest
     }
 
-    async fn handle(&self, message: &Message, tx: Tx) -> (Tx, Result<Vec<Outgoing>, HandlerError>) {
+    async fn handle(&self, message: &Message, tx: Tx) -> (Tx, Result<AfterCommit, HandlerError>) {
         let (mut store, kept) = match self.idle_instance() {
             Some(Reusable {
                 mut store,
@@ -36,6 +36,11 @@ impl Handler for Plugin {
             }
             None => (self.new_store(Some(tx)), None),
         };
+        store
+            .data_mut()
+            .db
+            .requests
+            .next_message(&message.message_id);
         let clock = store.data().clock.clone();
         let call = async {
             let instance = match kept {
@@ -97,9 +102,16 @@ impl Handler for Plugin {
             ),
             Err(trap) => (Err(classify(&trap, state, &output)), None),
         };
-        // A refused publication or statement cannot be fixed by running again:
-        // whatever the guest made of the error, the record fails for good.
+        // A refused publication, request or statement cannot be fixed by running
+        // again: whatever the guest made of the error, the record fails for good.
+        let refused_request = state.db.requests.refused.as_ref();
         let verdict = match (verdict, &state.db.outbox.refused, &state.db.refused_statement) {
+            (Ok(()), _, _) if refused_request.is_some() => Err(HandlerError::new(
+                FailureKind::RequestRule,
+                false,
+                format!("the host refused a request the handler asked for ({}); nothing was committed",
+                    refused_request.map(|r| format!("{} {}", r.code, r.message)).unwrap_or_default()),
+            )),
             (Ok(()), Some(refused), _) => Err(HandlerError::new(
                 FailureKind::PublishRule,
                 false,
@@ -115,7 +127,10 @@ impl Handler for Plugin {
             )),
             (verdict, _, _) => verdict.map_err(|error| blame_refusal(error, state)),
         };
-        let verdict = verdict.map(|()| state.db.outbox.take());
+        let verdict = verdict.map(|()| AfterCommit {
+            messages: state.db.outbox.take(),
+            requests: state.db.requests.take(),
+        });
         let tx = state
             .db
             .tx
@@ -210,6 +225,7 @@ impl Plugin {
         for (what, refusals) in [
             ("statement", &state.db.refusals),
             ("publication", &state.db.outbox.refusals),
+            ("request", &state.db.requests.refusals),
         ] {
             let unlogged = refusals.unlogged();
             if unlogged > 0 {
@@ -290,6 +306,18 @@ fn panic_message(stderr: &str) -> String {
 /// publications or statements failed because of the refusal: `publish-rule` or
 /// `db-rule`, which waiting cannot fix.
 fn blame_refusal(error: HandlerError, state: &GuestState) -> HandlerError {
+    if let (Some(refused), FailureKind::HandlerError | FailureKind::Panic) =
+        (&state.db.requests.refused, error.kind)
+    {
+        return HandlerError::new(
+            FailureKind::RequestRule,
+            false,
+            format!(
+                "{} (after the host refused a request it asked for: {} {})",
+                error.message, refused.code, refused.message
+            ),
+        );
+    }
     if let (Some(refused), FailureKind::HandlerError | FailureKind::Panic) =
         (&state.db.outbox.refused, error.kind)
     {

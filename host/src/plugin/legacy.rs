@@ -2,6 +2,8 @@
 //! unchanged: their `db` import is linked to the same session as 0.3.0's, its
 //! values converted field by field (the two versions' `db` interfaces are the
 //! same; 0.3.0 adds `outbox`). Their `handle` export has the same type in both.
+//! Plugins built against 0.3.0 link to 0.3.1's interfaces by semver (0.3.1
+//! only adds `requests`).
 
 mod v0_2 {
     wasmtime::component::bindgen!({
@@ -19,7 +21,7 @@ use super::state::GuestState;
 use wasmtime::component::{HasSelf, Linker};
 
 /// The versions of the contract this host links, newest first (docs/wit.md).
-pub const CONTRACTS: &[&str] = &["inbox:host@0.3.0", "inbox:host@0.2.0"];
+pub const CONTRACTS: &[&str] = &["inbox:host@0.3.1", "inbox:host@0.3.0", "inbox:host@0.2.0"];
 
 /// Links the 0.2.0 `db` interface beside 0.3.0's.
 pub(super) fn add_to_linker(linker: &mut Linker<GuestState>) -> wasmtime::Result<()> {

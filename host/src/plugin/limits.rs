@@ -1,6 +1,9 @@
 //! What one message's guest may use: the limits every part of the sandbox reads.
 
+use std::sync::Arc;
 use std::time::Duration;
+
+use crate::egress::AllowList;
 
 /// Resolution of the per-message deadline (wall-clock time in wasm, not CPU time).
 pub(crate) const EPOCH_TICK: Duration = Duration::from_millis(10);
@@ -28,6 +31,39 @@ pub struct SandboxLimits {
     pub reuse_instance: bool,
     /// What the guest may publish through `outbox`.
     pub publish: PublishLimits,
+    /// What the guest may ask to send through `requests`.
+    pub requests: RequestLimits,
+}
+
+/// What one message's guest may ask to send after commit (`--http-allow`,
+/// `--http-max-requests`, `--http-max-request-bytes`).
+#[derive(Debug, Clone)]
+pub struct RequestLimits {
+    /// The consumer group: a request's key is derived from it.
+    pub group: String,
+    /// What the guest may reach; nothing by default.
+    pub allow: Arc<AllowList>,
+    pub max_requests: usize,
+    /// The most bytes of one request: URL, header names and values, body.
+    pub max_request_bytes: usize,
+    /// Topics a reply may go to (the `--publish-topic`s).
+    pub reply_topics: Vec<String>,
+}
+
+/// The CLI's defaults for `--http-max-requests` and `--http-max-request-bytes`.
+pub const DEFAULT_MAX_REQUESTS: usize = 16;
+pub const DEFAULT_MAX_REQUEST_BYTES: usize = 1 << 20;
+
+impl Default for RequestLimits {
+    fn default() -> Self {
+        Self {
+            group: String::new(),
+            allow: Arc::default(),
+            max_requests: DEFAULT_MAX_REQUESTS,
+            max_request_bytes: DEFAULT_MAX_REQUEST_BYTES,
+            reply_topics: Vec::new(),
+        }
+    }
 }
 
 /// What one message's guest may publish (`--publish-topic`, `--max-publish`,
@@ -75,6 +111,7 @@ impl Default for SandboxLimits {
             output_bytes: 256 << 10,
             reuse_instance: false,
             publish: PublishLimits::default(),
+            requests: RequestLimits::default(),
         }
     }
 }

@@ -22,7 +22,7 @@ pub enum LoadError {
     WrongWorld { path: String, reason: String },
     #[error("{path} cannot be instantiated in the sandbox: {reason}")]
     Instantiate { path: String, reason: String },
-    #[error("{path} was built against {found}, and this host speaks {}: rebuild it with the inbox-guest SDK of this host (docs/wit.md says what changed between versions)", CONTRACTS.join(" and "))]
+    #[error("{path} was built against {found}, and this host speaks {}: rebuild it with the inbox-guest SDK of this host (docs/wit.md says what changed between versions)", spoken())]
     OtherContract { path: String, found: String },
 }
 
@@ -30,6 +30,15 @@ pub enum LoadError {
 /// Plugins built against an older one this host still links
 /// ([`CONTRACTS`]) run unchanged.
 pub const CONTRACT: &str = CONTRACTS[0];
+
+/// The contracts this host speaks, as a sentence lists them.
+fn spoken() -> String {
+    match CONTRACTS.split_last() {
+        Some((last, [])) => last.to_string(),
+        Some((last, rest)) => format!("{} and {last}", rest.join(", ")),
+        None => String::new(),
+    }
+}
 pub use super::legacy::CONTRACTS;
 
 /// A compiled handler component, checked against the world, ready to instantiate

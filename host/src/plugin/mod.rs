@@ -16,6 +16,7 @@ mod limits;
 mod loader;
 mod outbox;
 mod output;
+mod requests;
 mod runtime;
 mod sql_checks;
 mod sql_guard;
@@ -23,8 +24,8 @@ mod state;
 mod swap;
 
 pub use limits::{
-    PublishLimits, SandboxLimits, DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_MAX_PUBLISH,
-    DEFAULT_MAX_PUBLISH_BYTES,
+    PublishLimits, RequestLimits, SandboxLimits, DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_MAX_PUBLISH,
+    DEFAULT_MAX_PUBLISH_BYTES, DEFAULT_MAX_REQUESTS, DEFAULT_MAX_REQUEST_BYTES,
 };
 pub use loader::{digest_of, LoadError, Plugin, CONTRACT, CONTRACTS};
 pub use runtime::Runtime;

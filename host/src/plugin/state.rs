@@ -9,6 +9,7 @@ use super::db_session::DbSession;
 use super::limits::{SandboxLimits, MAX_TABLE_ELEMENTS};
 use super::outbox::OutboxSession;
 use super::output::GuestOutput;
+use super::requests::RequestSession;
 use super::sql_checks::CheckedStatements;
 use crate::inbox::Tx;
 
@@ -48,6 +49,7 @@ impl GuestState {
                 limits.max_param_bytes,
                 clock.clone(),
                 OutboxSession::new(limits.publish.clone()),
+                RequestSession::new(limits.requests.clone()),
             ),
             clock,
             memory: MemoryCap::new(limits.memory_bytes),

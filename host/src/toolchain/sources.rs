@@ -77,6 +77,10 @@ pub const RUST_SDK: &[(&str, &str)] = &[
         "inbox-guest/src/outbox.rs",
         include_str!("../../../guest-sdk/src/outbox.rs"),
     ),
+    (
+        "inbox-guest/src/requests.rs",
+        include_str!("../../../guest-sdk/src/requests.rs"),
+    ),
 ];
 
 /// The WIT (`wit/`) and the SDKs (`python/`, `js/`) unpacked under

@@ -137,7 +137,7 @@ async fn redrive_letters(
     let mut refused = Vec::new();
     for id in ids {
         match redrive_one(pool, publisher, id, args, &by).await {
-            Ok((topic, partition, offset)) => {
+            Ok(Redriven::Record(topic, partition, offset)) => {
                 if json_output {
                     println!(
                         "{}",
@@ -145,6 +145,13 @@ async fn redrive_letters(
                     );
                 } else {
                     println!("redrove dead letter {id} to {topic} (partition {partition}, offset {offset})");
+                }
+            }
+            Ok(Redriven::Request(key)) => {
+                if json_output {
+                    println!("{}", json!({ "id": id, "redriven": true, "request": key }));
+                } else {
+                    println!("redrove dead letter {id}: its request is queued to be sent again with Idempotency-Key {key}");
                 }
             }
             Err(e) => {
@@ -167,15 +174,24 @@ async fn redrive_letters(
     }
 }
 
-/// Publishes one letter and marks it, in that order, with the letter locked
-/// throughout: a failed publish leaves it unmarked, a concurrent redrive waits.
+/// Where a redriven letter went.
+enum Redriven {
+    /// Its record was republished: topic, partition, offset.
+    Record(String, i32, i64),
+    /// Its request was queued to be sent again, with this key.
+    Request(String),
+}
+
+/// Publishes one letter (or, for a request, queues it again) and marks it, in
+/// that order, with the letter locked throughout: a failed publish leaves it
+/// unmarked, a concurrent redrive waits.
 async fn redrive_one(
     pool: &sqlx::PgPool,
     publisher: &Publisher,
     id: i64,
     args: &RedriveArgs,
     by: &str,
-) -> anyhow::Result<(String, i32, i64)> {
+) -> anyhow::Result<Redriven> {
     let Some(claim) = inbox::claim_for_redrive(pool, id).await? else {
         bail!("no dead letter {id}");
     };
@@ -191,6 +207,20 @@ async fn redrive_one(
             summary.redriven_by.as_deref().unwrap_or("?"),
             summary.redriven_to.as_deref().unwrap_or("?"),
         );
+    }
+    if claim.is_request() {
+        let key = claim
+            .letter
+            .summary
+            .request
+            .as_ref()
+            .and_then(|r| r.0["idempotency_key"].as_str().map(str::to_string))
+            .unwrap_or_default();
+        claim
+            .requeue(by)
+            .await
+            .context("queueing the request to be sent again")?;
+        return Ok(Redriven::Request(key));
     }
     let message = &claim.letter.message;
     let topic = args
@@ -214,7 +244,7 @@ async fn redrive_one(
         .redriven(by, &topic)
         .await
         .context("marking the letter redriven (it was published)")?;
-    Ok((topic, partition, offset))
+    Ok(Redriven::Record(topic, partition, offset))
 }
 
 fn default_operator() -> String {

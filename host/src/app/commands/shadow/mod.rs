@@ -88,7 +88,12 @@ pub async fn shadow(args: ShadowArgs) -> anyhow::Result<()> {
                 )),
                 Vec::new(),
             ),
-            None => runner.rehearse(&message, &plugin).await,
+            // Requests after commit are never sent from a shadow run: its
+            // transaction rolls back, so nothing reaches the requests table.
+            None => {
+                let (outcome, after_commit) = runner.rehearse(&message, &plugin).await;
+                (outcome, after_commit.messages)
+            }
         };
         for o in &outgoing {
             *would_publish.entry(o.topic.clone()).or_default() += 1;
