@@ -5,6 +5,13 @@ pub struct Header {
     pub value: Option<Vec<u8>>,
 }
 
+impl Header {
+    /// Its size as the bounds count it: name and value.
+    pub fn bytes(&self) -> usize {
+        self.key.len() + self.value.as_ref().map_or(0, Vec::len)
+    }
+}
+
 /// A message as the runner sees it: where it came from and what it carries.
 ///
 /// `message_id` is the inbox key (with the consumer group); the caller decides

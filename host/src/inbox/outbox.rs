@@ -20,11 +20,7 @@ pub struct Outgoing {
 impl Outgoing {
     /// Its size as the bounds count it: key, value, header names and values.
     pub fn bytes(&self) -> usize {
-        let headers: usize = self
-            .headers
-            .iter()
-            .map(|h| h.key.len() + h.value.as_ref().map_or(0, Vec::len))
-            .sum();
+        let headers: usize = self.headers.iter().map(Header::bytes).sum();
         self.value.len() + self.key.as_ref().map_or(0, Vec::len) + headers
     }
 }

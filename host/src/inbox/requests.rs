@@ -22,11 +22,7 @@ pub struct OutgoingRequest {
 impl OutgoingRequest {
     /// Its size as the bounds count it: URL, header names and values, body.
     pub fn bytes(&self) -> usize {
-        let headers: usize = self
-            .headers
-            .iter()
-            .map(|h| h.key.len() + h.value.as_ref().map_or(0, Vec::len))
-            .sum();
+        let headers: usize = self.headers.iter().map(Header::bytes).sum();
         self.url.len() + headers + self.body.len()
     }
 }
