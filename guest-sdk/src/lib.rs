@@ -31,19 +31,24 @@
 //! [`publish`]: they are stored in the same transaction and sent to Kafka after it
 //! commits (docs/outbox.md), and asks for HTTP requests with
 //! [`send_after_commit`]: stored in the same transaction and sent after it
-//! commits, with an `Idempotency-Key` the host derives (docs/effects.md).
+//! commits, with an `Idempotency-Key` the host derives (docs/effects.md). A
+//! handler that needs an answer before it writes (a charge, then its id
+//! recorded) makes a [`call`]: sent now, through the host's gate, with a key
+//! that a rolled-back run repeats.
 //!
 //! Returning `Ok(())` asks the host to commit the transaction; returning an error
 //! or panicking rolls it back. [`HandlerError::is_retryable`] tells the host
 //! whether delivering the message again can help.
 #![deny(missing_docs)]
 
+mod calls;
 mod db;
 mod error;
 mod event;
 mod outbox;
 mod requests;
 
+pub use calls::{call, CallError, Response};
 pub use db::{Db, DbError, FromValue, Row, RowIndex, Rows, RowsIter, Value};
 pub use error::HandlerError;
 pub use event::{Event, Header};

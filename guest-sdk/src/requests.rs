@@ -5,8 +5,8 @@ use crate::wit::inbox::host::types::Header as WitHeader;
 use crate::HandlerError;
 
 /// An HTTP request to send once the message's transaction commits, with
-/// [`send_after_commit`]: a method, a URL the host allows (`--http-allow`),
-/// headers and a body.
+/// [`send_after_commit`], or now, with [`call`](crate::call): a method, a URL
+/// the host allows (`--http-allow`), headers and a body.
 ///
 /// ```no_run
 /// # fn f() -> Result<(), inbox_guest::HandlerError> {
@@ -20,12 +20,12 @@ use crate::HandlerError;
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Request {
-    method: String,
-    url: String,
-    headers: Vec<(String, String)>,
-    body: Vec<u8>,
-    ordering_key: Option<String>,
-    reply_topic: Option<String>,
+    pub(crate) method: String,
+    pub(crate) url: String,
+    pub(crate) headers: Vec<(String, String)>,
+    pub(crate) body: Vec<u8>,
+    pub(crate) ordering_key: Option<String>,
+    pub(crate) reply_topic: Option<String>,
 }
 
 impl Request {

@@ -2,6 +2,7 @@
 
 mod another_broker;
 mod batching;
+mod calls;
 mod cli;
 mod components;
 mod dead_letters;

@@ -95,39 +95,38 @@ fn a_plugin_built_against_the_previous_contract_is_refused_naming_both_versions(
     );
 }
 
-/// What componentize-js builds by default: a handler that also imports
-/// `wasi:http`. The refusal names the import and the flag that removes it.
+/// A handler that imports an interface the host does not link (here
+/// `wasi:keyvalue`): the refusal names the import and what the host provides.
 #[test]
-fn a_component_importing_wasi_http_is_told_which_import_and_how_to_drop_it() {
+fn a_component_importing_an_interface_the_host_lacks_is_told_which() {
     let path = crate::components::from_wat(
-        "imports-http",
+        "imports-keyvalue",
         r#"(module
-            (import "wasi:http/outgoing-handler@0.2.6" "handle" (func $fetch (result i32)))
+            (import "wasi:keyvalue/store@0.2.0" "open" (func $open (result i32)))
             (memory (export "memory") 1)
             (func (export "cabi_realloc") (param i32 i32 i32 i32) (result i32) (i32.const 16))
             (func (export "handle")
                 (param i32 i32 i32 i32 i32 i64 i32 i32 i32 i32 i32 i32 i32) (result i32)
-                (drop (call $fetch))
+                (drop (call $open))
                 (i32.const 0)))"#,
         &[
             (
-                "http.wit",
-                "package wasi:http@0.2.6;\ninterface outgoing-handler { handle: func() -> u32; }\n",
+                "keyvalue.wit",
+                "package wasi:keyvalue@0.2.0;\ninterface store { open: func() -> u32; }\n",
             ),
             (
-                "js.wit",
-                "package test:js;\nworld handler-with-http {\n  include inbox:host/handler@0.3.1;\n  import wasi:http/outgoing-handler@0.2.6;\n}\n",
+                "kv.wit",
+                "package test:kv;\nworld handler-with-keyvalue {\n  include inbox:host/handler@0.3.1;\n  import wasi:keyvalue/store@0.2.0;\n}\n",
             ),
         ],
-        "handler-with-http",
+        "handler-with-keyvalue",
     );
     let (ok, _, stderr) = check(&path);
     let _ = std::fs::remove_file(&path);
     assert!(!ok);
     assert!(
-        stderr.contains(
-            "it imports wasi:http/outgoing-handler@0.2.6, which this host does not provide"
-        ) && stderr.contains("--disable http fetch-event"),
+        stderr.contains("it imports wasi:keyvalue/store@0.2.0, which this host does not provide")
+            && stderr.contains("`wasi:http` through the host's gate"),
         "{stderr}"
     );
 }

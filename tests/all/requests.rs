@@ -15,7 +15,7 @@ use inbox_host_tests::{plugin, wait_until};
 
 const LONG: Duration = Duration::from_secs(120);
 
-/// An order for the notify plugin, to `path` on `receiver`, with more knobs.
+/// An order for the plugin, to `path` on `receiver`, with more knobs.
 fn order(
     stage: &Stage,
     receiver: &Receiver,
@@ -23,15 +23,7 @@ fn order(
     path: &str,
     knobs: serde_json::Value,
 ) -> inbox_host::kafka::OutgoingRecord {
-    let mut payload = serde_json::json!({
-        "order_id": id,
-        "amount": 10,
-        "notify_url": format!("{}{path}", receiver.origin),
-    });
-    if let (Some(payload), Some(knobs)) = (payload.as_object_mut(), knobs.as_object()) {
-        payload.extend(knobs.clone());
-    }
-    stage.record(id, Some(0), payload.to_string())
+    receiver.order(stage, "notify_url", id, path, knobs)
 }
 
 fn spawn_notify(stage: &Stage, receiver: &Receiver, extra: &[&str]) -> Host {

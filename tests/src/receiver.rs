@@ -1,7 +1,8 @@
 //! A real HTTP receiver for calls beyond the database, on a loopback port:
 //! it honours `Idempotency-Key` as Stripe-like APIs do (a key applied once
-//! answers the same again without applying it twice), answers each path as
-//! the test scripted it, and keeps every arrival for the test to assert on.
+//! answers the same again without applying it twice: the same `charge_id`,
+//! with `"repeat": true`), answers each path as the test scripted it, and
+//! keeps every arrival for the test to assert on.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -32,8 +33,8 @@ struct State {
     arrivals: Vec<Arrival>,
     /// Answers to give on a path before the default 200, in order.
     scripts: HashMap<String, VecDeque<Answer>>,
-    /// Keys applied, with the body that applied them.
-    applied: HashMap<String, Vec<u8>>,
+    /// Keys applied, with the body that applied them and the charge id given.
+    applied: HashMap<String, (Vec<u8>, String)>,
     /// Answers every request to a path with this status, always.
     always: HashMap<String, u16>,
     /// Holds the answer to the next request to a path this long (after
@@ -104,6 +105,24 @@ impl Receiver {
         self.lock().always.insert(path.to_string(), status);
     }
 
+    /// An order record (`order_id`, `amount` 10) whose `url_field` names `path`
+    /// here, with more knobs merged in.
+    pub fn order(
+        &self,
+        stage: &crate::stage::Stage,
+        url_field: &str,
+        id: &str,
+        path: &str,
+        knobs: serde_json::Value,
+    ) -> inbox_host::kafka::OutgoingRecord {
+        let mut payload = serde_json::json!({ "order_id": id, "amount": 10 });
+        payload[url_field] = format!("{}{path}", self.origin).into();
+        if let (Some(payload), Some(knobs)) = (payload.as_object_mut(), knobs.as_object()) {
+            payload.extend(knobs.clone());
+        }
+        stage.record(id, Some(0), payload.to_string())
+    }
+
     pub fn arrivals(&self) -> Vec<Arrival> {
         self.lock().arrivals.clone()
     }
@@ -146,12 +165,16 @@ fn receive(
             .and_then(VecDeque::pop_front)
             .unwrap_or((200, Vec::new())),
     };
+    let mut charge = None;
     if (200..300).contains(&status) {
         if let Some(key) = &key {
-            state
+            let next = format!("ch-{}", state.applied.len() + 1);
+            let repeat = state.applied.contains_key(key);
+            let (_, id) = state
                 .applied
                 .entry(key.clone())
-                .or_insert_with(|| body.to_vec());
+                .or_insert_with(|| (body.to_vec(), next));
+            charge = Some((id.clone(), repeat));
         }
     }
     state.arrivals.push(Arrival {
@@ -174,7 +197,12 @@ fn receive(
     let mut response = (
         StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
         [("content-type", "application/json")],
-        format!("{{\"status\": {status}}}"),
+        match charge {
+            Some((id, repeat)) => {
+                format!("{{\"status\": {status}, \"charge_id\": \"{id}\", \"repeat\": {repeat}}}")
+            }
+            None => format!("{{\"status\": {status}}}"),
+        },
     )
         .into_response();
     for (name, value) in extra {

@@ -121,16 +121,15 @@ pub async fn run(settings: RunSettings, shutdown: impl Future<Output = ()>) -> a
             outbox.clone(),
         ))
     });
-    let gate = crate::egress::Gate::new(settings.http.gate.clone()).map_err(anyhow::Error::msg)?;
     let _requests = tokio::spawn(requests::send_forever(
         pool.clone(),
-        std::sync::Arc::new(gate),
+        settings.http.gate.clone(),
         requests::SenderSettings {
             group: settings.runner.group.clone(),
             worker_id: settings.runner.worker_id.clone(),
             schedule: settings.http.schedule,
             per_origin: settings.http.per_origin,
-            lease: settings.http.gate.timeout + std::time::Duration::from_secs(5),
+            lease: settings.http.gate.timeout() + std::time::Duration::from_secs(5),
         },
     ));
     check_credentials(&settings).await?;

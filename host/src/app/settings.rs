@@ -2,12 +2,13 @@
 //! what to pass.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::bail;
 
 use crate::cli::{CommitOnArg, RunArgs, StrategyArg};
-use crate::egress::{AllowList, GateSettings, Schedule};
+use crate::egress::{AllowList, Gate, GateSettings, Schedule};
 use crate::inbox::{self, CommitOn, RunnerSettings, Strategy};
 use crate::kafka::{self, ConsumerSettings, IdSources};
 use crate::plugin::{PublishLimits, RequestLimits, SandboxLimits};
@@ -43,14 +44,16 @@ pub struct RunSettings {
     pub dead_letter_topic: Option<String>,
     /// Run the outbox relay in this process.
     pub relay: bool,
-    /// Requests after commit: the gate and the sender's schedule.
+    /// Requests after commit and calls in the handler: the gate and the
+    /// sender's schedule.
     pub http: HttpSettings,
 }
 
-/// How requests after commit are sent (`--http-*`).
+/// How requests after commit and calls in the handler are sent (`--http-*`).
 #[derive(Debug, Clone)]
 pub struct HttpSettings {
-    pub gate: GateSettings,
+    /// The one gate both go through (also in `sandbox.requests`).
+    pub gate: Arc<Gate>,
     pub schedule: Schedule,
     pub per_origin: usize,
 }
@@ -254,13 +257,22 @@ impl RunSettings {
         if !problems.is_empty() {
             bail!("{}", problems.join("\n  "));
         }
-        let allow = std::sync::Arc::new(allow);
+        let allow = Arc::new(allow);
+        let gate = Gate::new(GateSettings {
+            allow: allow.clone(),
+            timeout: Duration::from_millis(args.http_timeout_ms.min(MAX_MILLIS)),
+            max_response_bytes: args.http_max_response_bytes,
+            extra_ca: args.http_ca.clone(),
+        })
+        .map(Arc::new)
+        .map_err(anyhow::Error::msg)?;
         let requests = RequestLimits {
             group: group.clone(),
-            allow: allow.clone(),
+            allow,
             max_requests: args.http_max_requests,
             max_request_bytes: args.http_max_request_bytes,
             reply_topics: publish_topics.clone(),
+            gate: Some(gate.clone()),
         };
         Ok(Self {
             plugin,
@@ -314,12 +326,7 @@ impl RunSettings {
             },
             relay: !args.no_relay,
             http: HttpSettings {
-                gate: GateSettings {
-                    allow,
-                    timeout: Duration::from_millis(args.http_timeout_ms.min(MAX_MILLIS)),
-                    max_response_bytes: args.http_max_response_bytes,
-                    extra_ca: args.http_ca.clone(),
-                },
+                gate,
                 schedule: Schedule {
                     window: retry_for,
                     ..Schedule::default()

@@ -85,6 +85,14 @@ pub struct Gate {
     client: reqwest::Client,
 }
 
+impl std::fmt::Debug for Gate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Gate")
+            .field("settings", &self.settings)
+            .finish_non_exhaustive()
+    }
+}
+
 impl Gate {
     pub fn new(settings: GateSettings) -> Result<Self, String> {
         let tls = tls_config(settings.extra_ca.as_deref())?;
@@ -105,6 +113,11 @@ impl Gate {
 
     pub fn allow(&self) -> &AllowList {
         &self.settings.allow
+    }
+
+    /// The longest one request may take (`--http-timeout-ms`).
+    pub fn timeout(&self) -> Duration {
+        self.settings.timeout
     }
 
     /// The URL parsed, if the rules allow it and its host, where it is an

@@ -34,6 +34,14 @@ pub fn idempotency_key(group: &str, incoming_id: &str, position: usize) -> Strin
     derived_id("inbox-host request", group, incoming_id, position)
 }
 
+/// The `Idempotency-Key` of the call made at `position` (0, 1, …) in the
+/// handler: the same on every run of the record, so the redelivery of a
+/// rolled-back run repeats its keys. Its own namespace: a call and a request
+/// after commit at the same position have different keys.
+pub fn call_key(group: &str, incoming_id: &str, position: usize) -> String {
+    derived_id("inbox-host call", group, incoming_id, position)
+}
+
 /// The `message_id` of the reply to the request with `key`.
 pub fn reply_message_id(group: &str, key: &str) -> String {
     derived_id("inbox-host reply", group, key, 0)

@@ -36,11 +36,9 @@ impl Handler for Plugin {
             }
             None => (self.new_store(Some(tx)), None),
         };
-        store
-            .data_mut()
-            .db
-            .requests
-            .next_message(&message.message_id);
+        let state = store.data_mut();
+        state.db.requests.next_message(&message.message_id);
+        state.calls.next_message(&message.message_id);
         let clock = store.data().clock.clone();
         let call = async {
             let instance = match kept {
@@ -102,6 +100,10 @@ impl Handler for Plugin {
             ),
             Err(trap) => (Err(classify(&trap, state, &output)), None),
         };
+        // A refused call counts as a refused request: the run fails for it.
+        if state.db.requests.refused.is_none() {
+            state.db.requests.refused = state.calls.lock().refused.take();
+        }
         // A refused publication, request or statement cannot be fixed by running
         // again: whatever the guest made of the error, the record fails for good.
         let refused_request = state.db.requests.refused.as_ref();
@@ -226,6 +228,7 @@ impl Plugin {
             ("statement", &state.db.refusals),
             ("publication", &state.db.outbox.refusals),
             ("request", &state.db.requests.refusals),
+            ("call", &state.calls.lock().refusals),
         ] {
             let unlogged = refusals.unlogged();
             if unlogged > 0 {

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::egress::AllowList;
+use crate::egress::{AllowList, Gate};
 
 /// Resolution of the per-message deadline (wall-clock time in wasm, not CPU time).
 pub(crate) const EPOCH_TICK: Duration = Duration::from_millis(10);
@@ -35,8 +35,8 @@ pub struct SandboxLimits {
     pub requests: RequestLimits,
 }
 
-/// What one message's guest may ask to send after commit (`--http-allow`,
-/// `--http-max-requests`, `--http-max-request-bytes`).
+/// What one message's guest may ask to send after commit and call in the
+/// handler (`--http-allow`, `--http-max-requests`, `--http-max-request-bytes`).
 #[derive(Debug, Clone)]
 pub struct RequestLimits {
     /// The consumer group: a request's key is derived from it.
@@ -48,6 +48,9 @@ pub struct RequestLimits {
     pub max_request_bytes: usize,
     /// Topics a reply may go to (the `--publish-topic`s).
     pub reply_topics: Vec<String>,
+    /// What calls in the handler go through; none where nothing may be sent
+    /// (a shadow run, a check): such a call is refused.
+    pub gate: Option<Arc<Gate>>,
 }
 
 /// The CLI's defaults for `--http-max-requests` and `--http-max-request-bytes`.
@@ -62,6 +65,7 @@ impl Default for RequestLimits {
             max_requests: DEFAULT_MAX_REQUESTS,
             max_request_bytes: DEFAULT_MAX_REQUEST_BYTES,
             reply_topics: Vec::new(),
+            gate: None,
         }
     }
 }

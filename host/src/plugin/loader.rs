@@ -235,12 +235,14 @@ fn other_contract(component: &Component, engine: &wasmtime::Engine) -> Option<St
 }
 
 /// Interface families the host links: its own, and WASI's (files, sockets and
-/// the environment are linked but deny everything).
+/// the environment are linked but deny everything; `wasi:http` goes through the
+/// host's gate).
 const PROVIDED: &[&str] = &[
     "inbox:host/",
     "wasi:cli/",
     "wasi:clocks/",
     "wasi:filesystem/",
+    "wasi:http/",
     "wasi:io/",
     "wasi:random/",
     "wasi:sockets/",
@@ -267,17 +269,11 @@ fn is_provided(import: &str) -> bool {
 
 /// What to tell the author of a component importing `missing`.
 fn missing_imports(missing: &[&str]) -> String {
-    let mut hint = format!(
-        "it imports {}, which this host does not provide (guests reach only the `db` interface)",
+    format!(
+        "it imports {}, which this host does not provide (guests reach the `inbox:host` \
+         interfaces, `wasi:http` through the host's gate, and WASI's clocks and random)",
         missing.join(", ")
-    );
-    if missing.iter().any(|name| name.starts_with("wasi:http/")) {
-        hint.push_str(
-            "; a JavaScript component built with componentize-js imports wasi:http unless \
-             built with `--disable http fetch-event`",
-        );
-    }
-    hint
+    )
 }
 
 /// The top-level imports of a component that the host does not provide, read

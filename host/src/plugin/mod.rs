@@ -1,10 +1,12 @@
 //! The WebAssembly side: loading handler components, the sandbox they run in, and
-//! the `db` and `outbox` capabilities bound to the inbox transaction.
+//! the `db` and `outbox` capabilities bound to the inbox transaction, and the
+//! requests and calls it may make through the host's gate.
 //!
 //! Architecture invariant: this module knows nothing about Kafka. It implements
 //! [`crate::inbox::Handler`] for a loaded plugin; the runner decides when to commit.
 
 mod bindings;
+mod calls;
 mod clock;
 mod db_session;
 mod db_values;

@@ -10,17 +10,17 @@ use super::limits::RequestLimits;
 use crate::inbox::{idempotency_key, Header, OutgoingRequest};
 
 /// Codes of a refused request (docs/wit.md).
-const NOT_ALLOWED: &str = "IH020";
-const TOO_MANY: &str = "IH021";
-const TOO_LARGE: &str = "IH022";
-const BAD_HEADER: &str = "IH023";
+pub(super) const NOT_ALLOWED: &str = "IH020";
+pub(super) const TOO_MANY: &str = "IH021";
+pub(super) const TOO_LARGE: &str = "IH022";
+pub(super) const BAD_HEADER: &str = "IH023";
 
-/// Methods a request after commit may use.
-const METHODS: &[&str] = &["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"];
+/// Methods a request after commit or a call in the handler may use.
+pub(super) const METHODS: &[&str] = &["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"];
 
 /// Headers the host sets on every request, or that belong to the connection: a
 /// guest may not set them in any spelling (nor `proxy-*`).
-const RESERVED: &[&str] = &[
+pub(super) const RESERVED: &[&str] = &[
     "idempotency-key",
     "host",
     "content-length",
@@ -32,7 +32,7 @@ const RESERVED: &[&str] = &[
     "trailer",
     "expect",
 ];
-const RESERVED_PREFIXES: &[&str] = &["proxy-"];
+pub(super) const RESERVED_PREFIXES: &[&str] = &["proxy-"];
 
 /// One message's requests.
 pub(crate) struct RequestSession {

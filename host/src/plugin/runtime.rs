@@ -71,6 +71,9 @@ impl Runtime {
         // WASI is linked so that Rust guests built for wasm32-wasip2 instantiate;
         // the context each store gets denies files, sockets, env and args.
         wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
+        // Calls in the handler: wasi:http's outgoing handler, sent by the hook
+        // in calls.rs through the gate.
+        wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker)?;
         Handler::add_to_linker::<_, HasSelf<_>>(&mut linker, |state: &mut GuestState| {
             &mut state.db
         })?;

@@ -3,7 +3,9 @@ use std::sync::Arc;
 use wasmtime::component::ResourceTable;
 use wasmtime::ResourceLimiter;
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
+use super::calls::HandlerCalls;
 use super::clock::GuestClock;
 use super::db_session::DbSession;
 use super::limits::{SandboxLimits, MAX_TABLE_ELEMENTS};
@@ -14,7 +16,8 @@ use super::sql_checks::CheckedStatements;
 use crate::inbox::Tx;
 
 /// Everything one message's guest instance can reach: the `db` session on the
-/// inbox transaction and a WASI context that denies the outside world.
+/// inbox transaction, calls through the host's gate (`wasi:http`), and a WASI
+/// context that denies the rest of the outside world.
 pub(crate) struct GuestState {
     /// The `db` interface's side (linked with a projection onto this field).
     pub db: DbSession,
@@ -23,6 +26,9 @@ pub(crate) struct GuestState {
     pub memory: MemoryCap,
     pub stdout: GuestOutput,
     pub stderr: GuestOutput,
+    /// The hook every `wasi:http` call goes through.
+    pub calls: HandlerCalls,
+    http: WasiHttpCtx,
     wasi: WasiCtx,
     table: ResourceTable,
 }
@@ -32,7 +38,7 @@ impl GuestState {
         let stdout = GuestOutput::new(limits.output_bytes);
         let stderr = GuestOutput::new(limits.output_bytes);
         // Deny-all: no preopened directories, no environment, no arguments, no
-        // sockets, no name lookup. Clocks and random stay available: they reach
+        // sockets, no name lookup (calls go through `wasi:http` and the gate). Clocks and random stay available: they reach
         // nothing outside the process (see docs/security.md).
         let wasi = WasiCtxBuilder::new()
             .stdout(stdout.clone())
@@ -55,6 +61,8 @@ impl GuestState {
             memory: MemoryCap::new(limits.memory_bytes),
             stdout,
             stderr,
+            calls: HandlerCalls::new(limits.requests.clone()),
+            http: WasiHttpCtx::new(),
             wasi,
             table: ResourceTable::new(),
         }
@@ -68,6 +76,16 @@ impl GuestState {
     pub fn next_message(&mut self, tx: Tx) {
         self.db.next_message(tx);
         self.clock.restart();
+    }
+}
+
+impl WasiHttpView for GuestState {
+    fn http(&mut self) -> WasiHttpCtxView<'_> {
+        WasiHttpCtxView {
+            hooks: &mut self.calls,
+            table: &mut self.table,
+            ctx: &mut self.http,
+        }
     }
 }
 

@@ -2,7 +2,7 @@
 //! `handle(event, db)`, bundled with the SDK (`inbox-guest`) by esbuild
 //! (TypeScript is type-checked by `tsc --strict` first) and turned into a
 //! component by componentize-js (StarlingMonkey) without its `wasi:http` and
-//! fetch-event features, which the host does not provide.
+//! fetch-event features (the JavaScript SDK has no calls yet).
 
 use std::path::Path;
 use std::process::Command;
