@@ -8,7 +8,7 @@ use std::time::Duration;
 use anyhow::bail;
 
 use crate::cli::{CommitOnArg, RunArgs, StrategyArg};
-use crate::egress::{AllowList, Gate, GateSettings, Schedule};
+use crate::egress::{AllowList, Gate, GateSettings, Schedule, Secrets};
 use crate::inbox::{self, CommitOn, RunnerSettings, Strategy};
 use crate::kafka::{self, ConsumerSettings, IdSources};
 use crate::plugin::{PublishLimits, RequestLimits, SandboxLimits};
@@ -160,6 +160,11 @@ impl RunSettings {
             problems.extend(bad);
             AllowList::default()
         });
+        let secrets = Secrets::parse(&args.http_secret, |var| std::env::var(var).ok())
+            .unwrap_or_else(|bad| {
+                problems.extend(bad);
+                Secrets::default()
+            });
         let retry_for = parse_duration(&args.http_retry_for).unwrap_or_else(|| {
             problems.push(format!(
                 "--http-retry-for {:?} is not a duration: give seconds or a number with s, m or h (e.g. 1h)",
@@ -263,6 +268,7 @@ impl RunSettings {
             timeout: Duration::from_millis(args.http_timeout_ms.min(MAX_MILLIS)),
             max_response_bytes: args.http_max_response_bytes,
             extra_ca: args.http_ca.clone(),
+            secrets: Arc::new(secrets),
         })
         .map(Arc::new)
         .map_err(anyhow::Error::msg)?;

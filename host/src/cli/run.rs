@@ -227,6 +227,12 @@ pub struct RunArgs {
     /// (a private CA).
     #[arg(long, env = "INBOX_HTTP_CA")]
     pub http_ca: Option<PathBuf>,
+    /// A secret for header values, `NAME=env:VAR@RULE` (repeat, or
+    /// comma-separate in INBOX_HTTP_SECRET): a header value's `{{secret:NAME}}`
+    /// becomes VAR's value as the request is sent, only to URLs RULE allows;
+    /// the guest never sees it (docs/effects.md).
+    #[arg(long = "http-secret", env = "INBOX_HTTP_SECRET", value_delimiter = ',')]
+    pub http_secret: Vec<String>,
     /// Do not relay outbox rows from this process (run `inbox-host relay`
     /// elsewhere). By default every host runs a relay; one sends at a time.
     #[arg(long, env = "INBOX_NO_RELAY")]

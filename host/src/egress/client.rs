@@ -12,7 +12,7 @@ use std::time::Duration;
 use url::{Host, Url};
 
 use super::addresses::{self, GuardedResolver};
-use super::AllowList;
+use super::{AllowList, Secrets};
 
 /// What the gate allows and how long it waits.
 #[derive(Debug, Clone)]
@@ -24,6 +24,8 @@ pub struct GateSettings {
     pub max_response_bytes: usize,
     /// A PEM file of extra certificate authorities (`--http-ca`).
     pub extra_ca: Option<PathBuf>,
+    /// `--http-secret`s, put into header values as the request is sent.
+    pub secrets: Arc<Secrets>,
 }
 
 impl Default for GateSettings {
@@ -33,6 +35,7 @@ impl Default for GateSettings {
             timeout: Duration::from_secs(10),
             max_response_bytes: 1 << 20,
             extra_ca: None,
+            secrets: Arc::default(),
         }
     }
 }
@@ -145,7 +148,16 @@ impl Gate {
             .header("idempotency-key", call.idempotency_key)
             .body(call.body.to_vec());
         for (name, value) in &call.headers {
-            request = request.header(*name, *value);
+            let filled = self
+                .settings
+                .secrets
+                .fill(call.url, value)
+                .map_err(Failure::Refused)?;
+            let mut header = reqwest::header::HeaderValue::from_str(&filled)
+                .map_err(|_| Failure::Refused(format!("header {name} is not a valid value")))?;
+            // Kept out of the HTTP stack's debug output.
+            header.set_sensitive(matches!(filled, std::borrow::Cow::Owned(_)));
+            request = request.header(*name, header);
         }
         let mut response = request
             .send()

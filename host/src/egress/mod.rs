@@ -1,9 +1,9 @@
 //! Calls beyond the database: the one gate every outgoing HTTP request of a
-//! guest passes (requests after commit now; calls in the handler through
-//! `wasi:http` next), with its rules in one place: the allow-list
-//! (`rules.rs`), the address check and the resolver that enforces it
-//! (`addresses.rs`), the client (`client.rs`) and the retry schedule
-//! (`retry.rs`). docs/effects.md says what they guarantee.
+//! guest passes (requests after commit, and calls in the handler through
+//! `wasi:http`), with its rules in one place: the allow-list (`rules.rs`), the
+//! address check and the resolver that enforces it (`addresses.rs`), the
+//! secrets put in at send time (`secrets.rs`), the client (`client.rs`) and the
+//! retry schedule (`retry.rs`). docs/effects.md says what they guarantee.
 //!
 //! Architecture invariant: this module knows nothing about Kafka, PostgreSQL or
 //! WebAssembly; `plugin` asks it whether a guest may ask for a URL, `app` sends
@@ -13,8 +13,10 @@ mod addresses;
 mod client;
 mod retry;
 mod rules;
+mod secrets;
 
 pub use addresses::refused as refused_address;
 pub use client::{check_url, Answer, Call, Failure, Gate, GateSettings};
 pub use retry::{is_success, next as next_attempt, retries, Attempt, Next, Schedule};
 pub use rules::{AllowList, Rule};
+pub use secrets::Secrets;

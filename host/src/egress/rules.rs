@@ -54,7 +54,7 @@ impl Rule {
         })
     }
 
-    fn allows(&self, url: &Url) -> bool {
+    pub(super) fn allows(&self, url: &Url) -> bool {
         url.scheme() == self.scheme
             && host_of(url).as_deref() == Some(self.host.as_str())
             && url.port_or_known_default() == Some(self.port)

@@ -62,6 +62,10 @@ pub const RUST_SDK: &[(&str, &str)] = &[
         include_str!("../../../guest-sdk/src/lib.rs"),
     ),
     (
+        "inbox-guest/src/calls.rs",
+        include_str!("../../../guest-sdk/src/calls.rs"),
+    ),
+    (
         "inbox-guest/src/db.rs",
         include_str!("../../../guest-sdk/src/db.rs"),
     ),
@@ -125,4 +129,23 @@ pub fn write_all(root: &Path, files: &[(&str, &str)]) -> anyhow::Result<()> {
         std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::RUST_SDK;
+
+    /// A file added to the SDK and not listed here breaks every new plugin.
+    #[test]
+    fn every_file_of_the_rust_sdk_is_vendored() {
+        let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../guest-sdk/src");
+        for entry in std::fs::read_dir(src).expect("guest-sdk/src") {
+            let name = entry.expect("an entry").file_name();
+            let path = format!("inbox-guest/src/{}", name.to_string_lossy());
+            assert!(
+                RUST_SDK.iter().any(|(vendored, _)| *vendored == path),
+                "{path} is not in RUST_SDK"
+            );
+        }
+    }
 }
