@@ -11,8 +11,9 @@ export function handle(event, db) {
     case "probe":
       return probe(event, db);
     case "fetch":
-      // StarlingMonkey defines fetch; built without http there is no
-      // wasi:http import to send with. The test listens at `url`.
+      // fetch goes out through wasi:http and the host's gate, which allows
+      // nothing without --http-allow (and never loopback by address). The
+      // test listens at `url`.
       fetch(order.url);
       return;
     case "loop":
@@ -41,8 +42,8 @@ export function handle(event, db) {
 }
 
 // StarlingMonkey has no file or socket API; what a script can reach is the
-// environment (through WASI, which the host leaves empty) and fetch (the
-// `fetch` behaviour).
+// environment (through WASI, which the host leaves empty) and fetch (through
+// the host's gate: the `fetch` behaviour).
 function probe(event, db) {
   const probes = {
     "env-count": () => {

@@ -15,7 +15,7 @@ use crate::inbox_core::runner;
 /// Long enough for a first build on a new machine (it installs the toolchain).
 const LONG: Duration = Duration::from_secs(240);
 
-async fn built(folder: &'static str) -> PathBuf {
+pub(crate) async fn built(folder: &'static str) -> PathBuf {
     tokio::task::spawn_blocking(move || guest_plugin(folder))
         .await
         .expect("build task")

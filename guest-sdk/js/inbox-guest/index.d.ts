@@ -88,5 +88,27 @@ export declare function publish(
   options?: { key?: Uint8Array | string | null; headers?: Record<string, string> },
 ): void;
 
-/** What a handler module exports. */
-export type Handler = (event: Event, db: Db) => void;
+/** A request the host refused; the run fails for good. */
+export declare class RequestError extends Error {
+  /** IH020 (URL or method not allowed), IH021 (too many), IH022 (too large) or IH023 (a header the host sets or cannot store). */
+  readonly code: string;
+}
+
+/**
+ * Asks for an HTTP request to be sent once the transaction commits (never if it
+ * rolls back); returns the Idempotency-Key it will carry.
+ */
+export declare function sendAfterCommit(
+  method: "GET" | "HEAD" | "POST" | "PUT" | "PATCH" | "DELETE",
+  url: string,
+  options?: {
+    headers?: Record<string, string>;
+    body?: Uint8Array | string;
+    json?: unknown;
+    orderingKey?: string | null;
+    replyTopic?: string | null;
+  },
+): string;
+
+/** What a handler module exports: synchronous, or async when it awaits fetch(). */
+export type Handler = (event: Event, db: Db) => void | Promise<void>;

@@ -16,9 +16,14 @@
 //
 // A handler that is a step in a pipeline also publishes with
 // `publish(topic, value, { key, headers })`: stored in the same transaction and
-// sent to Kafka after it commits (docs/outbox.md).
+// sent to Kafka after it commits (docs/outbox.md). One that reaches beyond the
+// database asks for an HTTP request with `sendAfterCommit(method, url, { json })`,
+// sent once the transaction commits, or, when it needs the answer, is an
+// `async` handler that awaits `fetch()` (wasi:http, through the host's gate);
+// both carry an Idempotency-Key the host derives (docs/effects.md).
 import * as wit from "inbox:host/db@0.3.1";
 import * as outbox from "inbox:host/outbox@0.3.1";
+import * as requests from "inbox:host/requests@0.3.1";
 
 /** Fails the message on purpose; `retryable` (default false) says whether delivering it again can help. */
 export class HandlerError extends Error {
@@ -157,6 +162,54 @@ export function publish(topic, value, { key = null, headers = {} } = {}) {
   }
 }
 
+/** A request the host refused (IH020 URL or method not allowed, IH021 too many, IH022 too large, IH023 a header the host sets or cannot store); the run fails for good. */
+export class RequestError extends Error {
+  constructor(code, message) {
+    super(`${code} ${message}`);
+    this.name = "RequestError";
+    this.code = code;
+  }
+}
+
+/**
+ * Asks for an HTTP request to be sent once the transaction commits (never if it
+ * rolls back); returns the Idempotency-Key it will carry, the same on every
+ * resend and every run of this message. `json` (any value but undefined)
+ * becomes the body with content-type application/json; requests with the same
+ * `orderingKey` go one after another in the order written; with a `replyTopic`
+ * the answer is published there.
+ */
+export function sendAfterCommit(
+  method,
+  url,
+  { headers = {}, body, json, orderingKey = null, replyTopic = null } = {},
+) {
+  const pairs = Object.entries(headers).map(([name, text]) => [name, String(text)]);
+  let bytes = body === undefined ? new Uint8Array() : bytesOf(body);
+  if (json !== undefined) {
+    if (body !== undefined) throw new TypeError("give a request body or json, not both");
+    pairs.push(["content-type", "application/json"]);
+    bytes = utf8Encoder.encode(JSON.stringify(json));
+  }
+  const request = {
+    method,
+    url,
+    headers: pairs.map(([key, text]) => ({ key, value: utf8Encoder.encode(text) })),
+    body: bytes,
+    orderingKey: orderingKey ?? undefined,
+    replyTopic: replyTopic ?? undefined,
+  };
+  try {
+    return requests.sendAfterCommit(request);
+  } catch (e) {
+    const error = e && e.payload;
+    if (error && typeof error.code === "string") {
+      throw new RequestError(error.code, error.message);
+    }
+    throw e;
+  }
+}
+
 function call(statement) {
   try {
     return statement();
@@ -218,26 +271,38 @@ function fromValue(value) {
   }
 }
 
-/** The component's `handle` export calls this with the plugin's `handle`. */
+/**
+ * The component's `handle` export calls this with the plugin's `handle`. An
+ * `async` handler's promise is returned: componentize-js runs the event loop
+ * (its fetch() calls) until it settles.
+ */
 export function run(event, handle) {
   let returned;
   try {
     returned = handle(new Event(event), new Db());
   } catch (e) {
-    if (e instanceof HandlerError) {
-      throw { payload: { message: e.message, retryable: e.retryable } };
-    }
-    if (e instanceof DbError) {
-      throw { payload: { message: e.message, retryable: e.retryable } };
-    }
-    if (e instanceof PublishError) {
-      throw { payload: { message: e.message, retryable: false } };
-    }
-    crash(e);
+    throw failure(e);
   }
   if (returned && typeof returned.then === "function") {
-    crash(new Error("handle returned a Promise: handlers are synchronous (no async, no await)"));
+    return returned.then(
+      () => undefined,
+      (e) => {
+        throw failure(e);
+      },
+    );
   }
+  return undefined;
+}
+
+// How an exception ends the run: the error the host records, or a crash.
+function failure(e) {
+  if (e instanceof HandlerError || e instanceof DbError) {
+    return { payload: { message: e.message, retryable: e.retryable } };
+  }
+  if (e instanceof PublishError || e instanceof RequestError) {
+    return { payload: { message: e.message, retryable: false } };
+  }
+  crash(e);
 }
 
 // An exception the handler did not mean to throw is a crash, like a Rust

@@ -5,7 +5,7 @@ from typing import Any, Mapping, Optional, Union
 
 from componentize_py_types import Err
 from wit_world.imports import outbox as wit
-from wit_world.imports import types
+from wit_world.imports import inbox_host_types as types
 
 
 class PublishError(Exception):

@@ -78,9 +78,12 @@ impl WasiHttpHooks for HandlerCalls {
     /// The connection's headers (wasmtime's list) and the ones the host sets
     /// (`Idempotency-Key`): setting one is an error where the guest sets it.
     fn forbidden_header_filter(&mut self) -> ForbiddenHeaderFilter {
+        // `content-length` may be written (fetch() does): wasi:http holds the
+        // body to it, and the gate sends the length of what was written.
         Arc::new(|name| {
-            DEFAULT_FORBIDDEN_HEADERS.contains(name)
-                || check_header(name.as_str(), None, RESERVED, RESERVED_PREFIXES).is_err()
+            *name != http::header::CONTENT_LENGTH
+                && (DEFAULT_FORBIDDEN_HEADERS.contains(name)
+                    || check_header(name.as_str(), None, RESERVED, RESERVED_PREFIXES).is_err())
         })
     }
 
@@ -166,6 +169,9 @@ async fn send(
     let mut headers = Vec::with_capacity(parts.headers.len());
     let mut bytes = url.len();
     for (name, value) in &parts.headers {
+        if name == http::header::CONTENT_LENGTH {
+            continue;
+        }
         check_header(
             name.as_str(),
             Some(value.as_bytes()),

@@ -1,8 +1,9 @@
 //! JavaScript and TypeScript plugins: `handler.js` or `handler.ts` exporting
 //! `handle(event, db)`, bundled with the SDK (`inbox-guest`) by esbuild
 //! (TypeScript is type-checked by `tsc --strict` first) and turned into a
-//! component by componentize-js (StarlingMonkey) without its `wasi:http` and
-//! fetch-event features (the JavaScript SDK has no calls yet).
+//! component by componentize-js (StarlingMonkey) with its `http` feature, so
+//! `fetch()` goes out through wasi:http and the host's gate, and without its
+//! fetch-event one (a handler serves no HTTP).
 
 use std::path::Path;
 use std::process::Command;
@@ -54,7 +55,7 @@ pub fn build(
         format!(
             "import {{ handle as plugin }} from {handler};\n\
              import {{ run }} from \"inbox-guest\";\n\
-             export function handle(event) {{ run(event, plugin); }}\n",
+             export function handle(event) {{ return run(event, plugin); }}\n",
             handler = serde_json::Value::from(handler.to_string_lossy()),
         ),
     )?;
@@ -80,13 +81,7 @@ pub fn build(
             .arg(&bundle)
             .arg("--wit")
             .arg(sources.join("wit"))
-            .args([
-                "--world-name",
-                "handler",
-                "--disable",
-                "http",
-                "fetch-event",
-            ])
+            .args(["--world-name", "handler", "--disable", "fetch-event"])
             .arg("--out")
             .arg(output),
     )

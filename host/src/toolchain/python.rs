@@ -1,5 +1,6 @@
 //! Python plugins: a folder with `handler.py` defining `handle(event, db)`,
-//! built by componentize-py with the SDK (`inbox_guest`) and the WIT world.
+//! built by componentize-py with the SDK (`inbox_guest`) against the
+//! `handler-calls` world (`wit/calls`), so the SDK's calls have wasi:http bindings.
 //! The SDK's `_component` module is the application: it imports `handler`.
 
 use std::path::Path;
@@ -17,10 +18,10 @@ pub fn build(dir: &Path, output: &Path, toolchains: &Path) -> anyhow::Result<()>
     super::run(
         Command::new(venv.join("bin/componentize-py"))
             .arg("--wit-path")
-            .arg(sources.join("wit"))
+            .arg(sources.join("wit-calls"))
             .args([
                 "--world",
-                "handler",
+                "handler-calls",
                 "componentize",
                 "inbox_guest._component",
             ])

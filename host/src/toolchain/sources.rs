@@ -1,5 +1,5 @@
 //! The files a build needs beside the plugin's own, carried in the binary so an
-//! installed `inbox-host` builds plugins without this repository: the WIT world
+//! installed `inbox-host` builds plugins without this repository: the WIT worlds
 //! and the Python and JavaScript SDKs.
 
 use std::path::{Path, PathBuf};
@@ -10,11 +10,50 @@ use sha2::{Digest, Sha256};
 /// `wit/inbox.wit`.
 pub const WIT: (&str, &str) = ("inbox.wit", include_str!("../../../wit/inbox.wit"));
 
+/// `wit/calls/`: the `handler` world with the standard `wasi:http` outgoing
+/// handler, as a folder of its own whose `deps/` hold `inbox.wit` and WASI.
+pub const CALLS_WIT: &[(&str, &str)] = &[
+    ("world.wit", include_str!("../../../wit/calls/world.wit")),
+    ("deps/inbox.wit", WIT.1),
+    (
+        "deps/cli.wit",
+        include_str!("../../../wit/calls/deps/cli.wit"),
+    ),
+    (
+        "deps/clocks.wit",
+        include_str!("../../../wit/calls/deps/clocks.wit"),
+    ),
+    (
+        "deps/filesystem.wit",
+        include_str!("../../../wit/calls/deps/filesystem.wit"),
+    ),
+    (
+        "deps/http.wit",
+        include_str!("../../../wit/calls/deps/http.wit"),
+    ),
+    (
+        "deps/io.wit",
+        include_str!("../../../wit/calls/deps/io.wit"),
+    ),
+    (
+        "deps/random.wit",
+        include_str!("../../../wit/calls/deps/random.wit"),
+    ),
+    (
+        "deps/sockets.wit",
+        include_str!("../../../wit/calls/deps/sockets.wit"),
+    ),
+];
+
 /// The Python SDK, as `inbox_guest/<file>`.
 pub const PYTHON_SDK: &[(&str, &str)] = &[
     (
         "inbox_guest/__init__.py",
         include_str!("../../../guest-sdk/python/inbox_guest/__init__.py"),
+    ),
+    (
+        "inbox_guest/_calls.py",
+        include_str!("../../../guest-sdk/python/inbox_guest/_calls.py"),
     ),
     (
         "inbox_guest/_component.py",
@@ -35,6 +74,10 @@ pub const PYTHON_SDK: &[(&str, &str)] = &[
     (
         "inbox_guest/_outbox.py",
         include_str!("../../../guest-sdk/python/inbox_guest/_outbox.py"),
+    ),
+    (
+        "inbox_guest/_requests.py",
+        include_str!("../../../guest-sdk/python/inbox_guest/_requests.py"),
     ),
 ];
 
@@ -87,13 +130,17 @@ pub const RUST_SDK: &[(&str, &str)] = &[
     ),
 ];
 
-/// The WIT (`wit/`) and the SDKs (`python/`, `js/`) unpacked under
+/// The WIT (`wit/`, `wit-calls/`) and the SDKs (`python/`, `js/`) unpacked under
 /// `toolchains`, at a path named by their content: builds read them from the
 /// same place every time, so the same plugin builds to the same bytes (the
 /// toolchains record source paths) and a new host never reads stale SDKs.
 pub fn unpacked(toolchains: &Path) -> anyhow::Result<PathBuf> {
-    let layout: [(&str, &[(&str, &str)]); 3] =
-        [("wit", &[WIT]), ("python", PYTHON_SDK), ("js", JS_SDK)];
+    let layout: [(&str, &[(&str, &str)]); 4] = [
+        ("wit", &[WIT]),
+        ("wit-calls", CALLS_WIT),
+        ("python", PYTHON_SDK),
+        ("js", JS_SDK),
+    ];
     let mut digest = Sha256::new();
     for (folder, files) in &layout {
         for (path, text) in *files {
@@ -133,19 +180,37 @@ pub fn write_all(root: &Path, files: &[(&str, &str)]) -> anyhow::Result<()> {
 
 #[cfg(test)]
 mod tests {
-    use super::RUST_SDK;
+    use super::{CALLS_WIT, JS_SDK, PYTHON_SDK, RUST_SDK};
 
-    /// A file added to the SDK and not listed here breaks every new plugin.
-    #[test]
-    fn every_file_of_the_rust_sdk_is_vendored() {
-        let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../guest-sdk/src");
-        for entry in std::fs::read_dir(src).expect("guest-sdk/src") {
+    /// Every file of `folder` (under the repository) is listed in `vendored` as
+    /// `prefix/<name>`: a file added and not listed breaks every new plugin.
+    fn all_listed(folder: &str, prefix: &str, vendored: &[(&str, &str)]) {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("..")
+            .join(folder);
+        for entry in std::fs::read_dir(&root).expect("the SDK's folder") {
             let name = entry.expect("an entry").file_name();
-            let path = format!("inbox-guest/src/{}", name.to_string_lossy());
+            let name = name.to_string_lossy();
+            if name.starts_with("__") && !name.ends_with(".py") {
+                continue; // __pycache__
+            }
+            let path = format!("{prefix}{name}");
             assert!(
-                RUST_SDK.iter().any(|(vendored, _)| *vendored == path),
-                "{path} is not in RUST_SDK"
+                vendored.iter().any(|(listed, _)| *listed == path),
+                "{path} is not listed"
             );
         }
+    }
+
+    #[test]
+    fn every_file_of_the_rust_sdk_is_vendored() {
+        all_listed("guest-sdk/src", "inbox-guest/src/", RUST_SDK);
+    }
+
+    #[test]
+    fn every_file_of_the_python_and_js_sdks_and_the_calls_world_is_carried() {
+        all_listed("guest-sdk/python/inbox_guest", "inbox_guest/", PYTHON_SDK);
+        all_listed("guest-sdk/js/inbox-guest", "inbox-guest/", JS_SDK);
+        all_listed("wit/calls/deps", "deps/", CALLS_WIT);
     }
 }
