@@ -27,13 +27,15 @@ async fn the_lab_reproduces_the_reference_table_exactly_on_the_embedded_default(
     assert_eq!(stdout.lines().collect::<Vec<_>>(), LAB_TABLE);
 }
 
-const LAB_TABLE: [&str; 6] = [
+const LAB_TABLE: [&str; 8] = [
     "at-most-once  first: processed=false committed=true  second consumer: nothing delivered  handler ran=1 invoices=0",
     "at-least-once, on-persist  first: processed=false committed=true  second consumer: nothing delivered  handler ran=1 invoices=0",
     "at-least-once, on-success  first: processed=false committed=false  second consumer: processed=true  handler ran=2 invoices=1",
     "exactly-once-inbox  first: processed=false committed=false  second consumer: processed=true  handler ran=2 invoices=1",
     "duplicate  delivery 1: processed=true duplicate=false committed=true invoices=1  delivery 2: processed=false duplicate=true committed=true invoices=1",
     "consume-transform-produce  first: processed=false invoices=0 published=0  second consumer: processed=true invoices=1 published=1",
+    "email, request after commit  first: processed=false invoices=0 emails=0  second consumer: processed=true invoices=1 emails=1",
+    "email, naive call  first: processed=false invoices=0 emails=1  second consumer: processed=true invoices=1 emails=2",
 ];
 
 #[tokio::test(flavor = "multi_thread")]

@@ -9,5 +9,5 @@ mod native_billing;
 mod postgres;
 
 pub use broker::LocalBroker;
-pub use native_billing::NativeBilling;
+pub use native_billing::{Email, NativeBilling};
 pub use postgres::{Durability, TempPostgres};

@@ -1,6 +1,9 @@
 //! The reference lab (README, "The reference lab"): each acknowledgement strategy against a
-//! handler that writes an invoice and then fails, and the duplicate case. Every
-//! number printed is read back from the database and the broker.
+//! handler that writes an invoice and then fails, the duplicate case, the
+//! outbox and an email beyond the database. Every number printed is read back
+//! from the database, the broker and the lab's mail server.
+
+mod email;
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -63,6 +66,8 @@ pub async fn lab(args: LabArgs) -> anyhow::Result<Vec<LabRow>> {
     }
     rows.push(stage.duplicate().await?);
     rows.push(stage.consume_transform_produce().await?);
+    rows.push(stage.email(true).await?);
+    rows.push(stage.email(false).await?);
     stage.clean_up().await?;
     Ok(rows)
 }
@@ -137,7 +142,7 @@ impl Stage {
             return Ok(());
         };
         let groups = format!("lab-%-{}", self.run);
-        for table in ["inbox", "dead_letters", "attempts", "outbox"] {
+        for table in ["inbox", "dead_letters", "attempts", "outbox", "requests"] {
             sqlx::query(&format!(
                 "DELETE FROM inbox_host.{table} WHERE consumer_group LIKE $1"
             ))
