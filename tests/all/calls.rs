@@ -74,12 +74,19 @@ async fn a_call_is_answered_in_the_handler_and_its_answer_recorded_in_the_same_t
             serde_json::json!({}),
         )])
         .await;
-    let _host = spawn_charge(&stage, &receiver, &[]);
+    let host = spawn_charge(&stage, &receiver, &[]);
     wait_until("o-1 committed", LONG, || async {
         stage.committed(0).await == Some(1)
     })
     .await;
     assert_eq!(recorded(&stage, "o-1").await, ["ch-1"]);
+    let origin = format!("origin=\"{}\"", receiver.origin);
+    let counted = ["purpose=\"call\"", "outcome=\"2xx\"", origin.as_str()];
+    assert_eq!(
+        host.metric_sum_of("inbox_host_http_requests_total", &counted),
+        Some(1.0),
+        "the call is counted under its origin"
+    );
     let arrivals = receiver.arrivals();
     assert_eq!(arrivals.len(), 1, "{arrivals:?}");
     assert_eq!(

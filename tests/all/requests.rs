@@ -480,3 +480,38 @@ async fn a_redirect_is_not_followed() {
     let paths: Vec<String> = receiver.arrivals().into_iter().map(|a| a.path).collect();
     assert_eq!(paths, ["/redirect"]);
 }
+
+/// `/metrics` counts per origin what went through the gate: answers by status
+/// class, retries, latency, and the backlog waiting (with its oldest age).
+#[tokio::test(flavor = "multi_thread")]
+async fn metrics_count_requests_per_origin_by_outcome_with_retries_latency_and_backlog() {
+    let stage = Stage::new(1).await;
+    let receiver = Receiver::start().await;
+    receiver.script("/flaky", &[(500, &[]), (503, &[])]);
+    receiver.always("/down", 503);
+    stage
+        .produce(vec![
+            order(&stage, &receiver, "o-1", "/flaky", serde_json::json!({})),
+            order(&stage, &receiver, "o-2", "/down", serde_json::json!({})),
+        ])
+        .await;
+    let host = spawn_notify(&stage, &receiver, &[]);
+    wait_applied(&receiver, 1).await;
+    // Every sample is of the receiver's origin: its label, and one more.
+    let origin = format!("origin=\"{}\"", receiver.origin);
+    let sum = |family: &str, label: &str| host.metric_sum_of(family, &[origin.as_str(), label]);
+    wait_until("the gate's counts in /metrics", LONG, || async {
+        sum("inbox_host_http_requests_total", "outcome=\"2xx\"") == Some(1.0)
+            && sum("inbox_host_http_requests_total", "outcome=\"5xx\"").unwrap_or(0.0) >= 4.0
+            && sum("inbox_host_http_retries_total", &origin).unwrap_or(0.0) >= 4.0
+            && sum("inbox_host_http_backlog_rows", &origin) == Some(1.0)
+            && sum("inbox_host_http_backlog_oldest_age_seconds", &origin).unwrap_or(0.0) > 0.0
+    })
+    .await;
+    let answered = sum("inbox_host_http_requests_total", "purpose=\"after_commit\"");
+    let timed = sum("inbox_host_http_request_duration_seconds_count", &origin);
+    assert!(
+        answered.is_some() && answered <= timed,
+        "every request sent is timed: {answered:?} sent, {timed:?} timed"
+    );
+}

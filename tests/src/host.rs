@@ -127,12 +127,17 @@ impl Host {
     /// The sum of a labelled family's samples that carry `label` (such as
     /// `outcome="processed"`) on its `/metrics`; `None` while it does not answer.
     pub fn metric_sum(&self, family: &str, label: &str) -> Option<f64> {
+        self.metric_sum_of(family, &[label])
+    }
+
+    /// [`Host::metric_sum`] of the samples that carry every one of `labels`.
+    pub fn metric_sum_of(&self, family: &str, labels: &[&str]) -> Option<f64> {
         let response = try_http_get(&self.listening_at()?, "/metrics")?;
         let prefix = format!("{family}{{");
         Some(
             http_body(&response)
                 .lines()
-                .filter(|line| line.starts_with(&prefix) && line.contains(label))
+                .filter(|line| line.starts_with(&prefix) && labels.iter().all(|l| line.contains(l)))
                 .filter_map(|line| line.rsplit_once(' ')?.1.trim().parse::<f64>().ok())
                 .sum(),
         )

@@ -103,6 +103,7 @@ pub async fn run(settings: RunSettings, shutdown: impl Future<Output = ()>) -> a
     let publishes = !settings.sandbox.publish.topics.is_empty();
     let outbox = std::sync::Arc::new(relay::RelayStatus::for_host(publishes));
     metrics.watch_relay(outbox.clone());
+    metrics.watch_gate(settings.http.gate.clone());
     let _backlog = tokio::spawn(relay::measure_backlog_forever(
         pool.clone(),
         outbox.clone(),

@@ -16,7 +16,7 @@ use std::time::Duration;
 use sqlx::PgPool;
 use tokio::sync::Semaphore;
 
-use crate::egress::{self, Answer, Attempt, Call, Failure, Gate, Next, Schedule};
+use crate::egress::{self, Answer, Attempt, Call, Failure, Gate, Next, Purpose, Schedule};
 use crate::inbox::{self, Reply, StoredRequest};
 
 /// How the group's requests are sent.
@@ -40,11 +40,41 @@ const IDLE_POLL: Duration = Duration::from_millis(200);
 const BODY_START: usize = 2048;
 /// How long to wait after the database failed.
 const AFTER_FAILURE: Duration = Duration::from_secs(1);
+/// How often the backlog per origin is measured for `/metrics`.
+const MEASURE_EVERY: Duration = Duration::from_secs(1);
+
+/// The backlog as the gate's counts name origins (`user@` dropped, so two
+/// spellings of one origin are one).
+fn by_origin(waiting: Vec<(String, i64, f64)>) -> Vec<egress::Backlog> {
+    let mut origins: std::collections::BTreeMap<String, (i64, f64)> = Default::default();
+    for (start, rows, oldest) in waiting {
+        let entry = origins.entry(egress::origin_of(&start)).or_default();
+        *entry = (entry.0 + rows, entry.1.max(oldest));
+    }
+    origins
+        .into_iter()
+        .map(|(origin, (rows, oldest_seconds))| egress::Backlog {
+            origin,
+            rows,
+            oldest_seconds,
+        })
+        .collect()
+}
 
 /// Sends the group's requests until the process ends.
 pub async fn send_forever(pool: PgPool, gate: Arc<Gate>, settings: SenderSettings) {
     let origins = Origins::default();
+    let mut measured = tokio::time::Instant::now() - MEASURE_EVERY;
     loop {
+        if measured.elapsed() >= MEASURE_EVERY {
+            measured = tokio::time::Instant::now();
+            match inbox::request_backlog(&pool, &settings.group).await {
+                Ok(waiting) => gate.stats().set_backlog(by_origin(waiting)),
+                Err(e) => {
+                    tracing::debug!(error = %e, "requests after commit: the backlog could not be measured")
+                }
+            }
+        }
         let due = match inbox::take_due_requests(&pool, &settings.group, ROUND, settings.lease)
             .await
         {
@@ -103,6 +133,7 @@ async fn send_one(pool: &PgPool, gate: &Gate, settings: &SenderSettings, request
         headers: headers.iter().map(|(n, v)| (*n, v.unwrap_or(""))).collect(),
         body: &request.body,
         idempotency_key: &request.idempotency_key,
+        purpose: Purpose::AfterCommit,
     };
     let sent = gate.send(&call).await;
     let attempts = u32::try_from(request.attempts).unwrap_or(u32::MAX);
@@ -152,6 +183,7 @@ async fn send_one(pool: &PgPool, gate: &Gate, settings: &SenderSettings, request
             };
             tracing::info!(key = %request.idempotency_key, attempt = attempts, retry_in_ms = wait.as_millis() as u64,
                 "request after commit not done ({error}); trying again");
+            gate.stats().retried(&request.url);
             inbox::retry_request_later(pool, &request, wait, &error).await
         }
         (_, Next::GiveUp | Next::Done) => {

@@ -7,11 +7,12 @@
 use std::net::IpAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use url::{Host, Url};
 
 use super::addresses::{self, GuardedResolver};
+use super::stats::{origin_of, Purpose, Stats};
 use super::{AllowList, Secrets};
 
 /// What the gate allows and how long it waits.
@@ -48,6 +49,7 @@ pub struct Call<'a> {
     pub headers: Vec<(&'a str, &'a str)>,
     pub body: &'a [u8],
     pub idempotency_key: &'a str,
+    pub purpose: Purpose,
 }
 
 /// What came back.
@@ -86,6 +88,7 @@ pub enum Failure {
 pub struct Gate {
     settings: GateSettings,
     client: reqwest::Client,
+    stats: Stats,
 }
 
 impl std::fmt::Debug for Gate {
@@ -111,7 +114,11 @@ impl Gate {
             .pool_idle_timeout(Duration::from_secs(30))
             .build()
             .map_err(|e| format!("the HTTP client could not be built: {e}"))?;
-        Ok(Self { settings, client })
+        Ok(Self {
+            settings,
+            client,
+            stats: Stats::default(),
+        })
     }
 
     pub fn allow(&self) -> &AllowList {
@@ -129,8 +136,27 @@ impl Gate {
         check_url(&self.settings.allow, url)
     }
 
-    /// Sends `call` with its `Idempotency-Key` and reads the answer.
+    /// What went through this gate, per origin.
+    pub fn stats(&self) -> &Stats {
+        &self.stats
+    }
+
+    /// Sends `call` with its `Idempotency-Key` and reads the answer, counted
+    /// under its origin.
     pub async fn send(&self, call: &Call<'_>) -> Result<Answer, Failure> {
+        let started = Instant::now();
+        let sent = self.send_uncounted(call).await;
+        let (status, refused) = match &sent {
+            Ok(answer) => (Some(answer.status), false),
+            Err(Failure::NoAnswer(_)) => (None, false),
+            Err(Failure::Refused(_)) => (None, true),
+        };
+        let origin = origin_of(call.url);
+        (self.stats).ended(&origin, call.purpose, status, refused, started.elapsed());
+        sent
+    }
+
+    async fn send_uncounted(&self, call: &Call<'_>) -> Result<Answer, Failure> {
         let url = self.check_url(call.url).map_err(Failure::Refused)?;
         // A name whose every address is refused is refused for good here; the
         // connection itself resolves through the same check (GuardedResolver),

@@ -352,14 +352,17 @@ fn letter_headers(pairs: &serde_json::Value) -> serde_json::Value {
         .collect()
 }
 
-/// Requests of `group` waiting to be sent, and the age of the oldest in seconds.
-pub async fn backlog(pool: &PgPool, group: &str) -> Result<(i64, f64), sqlx::Error> {
+/// Requests of `group` waiting to be sent, by the start of their URL
+/// (`scheme://[user@]host[:port]`): how many, and the age of the oldest in seconds.
+pub async fn backlog(pool: &PgPool, group: &str) -> Result<Vec<(String, i64, f64)>, sqlx::Error> {
     sqlx::query_as(
-        "SELECT count(*), coalesce(extract(epoch FROM now() - min(created_at))::float8, 0)
-         FROM inbox_host.requests WHERE consumer_group = $1",
+        "SELECT lower(substring(url FROM '^[A-Za-z][A-Za-z0-9+.-]*://[^/?#]+')),
+                count(*), extract(epoch FROM now() - min(created_at))::float8
+         FROM inbox_host.requests WHERE consumer_group = $1
+         GROUP BY 1",
     )
     .bind(group)
-    .fetch_one(pool)
+    .fetch_all(pool)
     .await
 }
 

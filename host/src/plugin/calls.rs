@@ -19,7 +19,7 @@ use super::limits::RequestLimits;
 use super::requests::{
     BAD_HEADER, METHODS, NOT_ALLOWED, RESERVED, RESERVED_PREFIXES, TOO_LARGE, TOO_MANY,
 };
-use crate::egress::{Call, Failure};
+use crate::egress::{Call, Failure, Purpose};
 use crate::inbox::call_key;
 
 /// One message's calls: what the hook needs to send them, and what it refused.
@@ -210,6 +210,7 @@ async fn send(
         headers,
         body: &body,
         idempotency_key: key,
+        purpose: Purpose::Call,
     };
     let answer = match gate.send(&call).await {
         Ok(answer) => answer,

@@ -139,6 +139,11 @@ impl Metrics {
         let _ = self.sampled.relay.set(status);
     }
 
+    /// Count what goes through the HTTP gate.
+    pub fn watch_gate(&self, gate: Arc<crate::egress::Gate>) {
+        let _ = self.sampled.gate.set(gate);
+    }
+
     /// Follow the group member's view of its group and brokers.
     pub fn watch_kafka(&self, group: GroupHealth) {
         let _ = self.sampled.group.set(group);

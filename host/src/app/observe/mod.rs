@@ -4,6 +4,7 @@
 //! path reports; nothing here decides.
 
 mod families;
+mod http_metrics;
 mod metrics;
 mod progress;
 mod relay_metrics;

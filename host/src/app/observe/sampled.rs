@@ -1,5 +1,5 @@
 //! What is read, not counted, at each scrape: partitions and their lag, the
-//! database pool, the plugin, the group and the outbox relay.
+//! database pool, the plugin, the group, the outbox relay and the HTTP gate.
 
 use std::sync::{Arc, OnceLock};
 
@@ -13,6 +13,7 @@ use sqlx::PgPool;
 use super::families::{counter, gauge};
 use super::progress::Partitions;
 use crate::app::relay::RelayStatus;
+use crate::egress::Gate;
 use crate::kafka::GroupHealth;
 use crate::plugin::PluginCell;
 
@@ -24,6 +25,7 @@ pub(super) struct Sampled {
     pub(super) plugin: OnceLock<PluginCell>,
     pub(super) group: OnceLock<GroupHealth>,
     pub(super) relay: OnceLock<Arc<RelayStatus>>,
+    pub(super) gate: OnceLock<Arc<Gate>>,
 }
 
 impl std::fmt::Debug for Sampled {
@@ -127,6 +129,9 @@ impl Collector for Sampled {
         }
         if let Some(relay) = self.relay.get() {
             super::relay_metrics::encode(relay, &mut encoder)?;
+        }
+        if let Some(gate) = self.gate.get() {
+            super::http_metrics::encode(gate.stats(), &mut encoder)?;
         }
         Ok(())
     }
