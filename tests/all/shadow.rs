@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use inbox_host_tests::receiver::Receiver;
 use inbox_host_tests::stage::Stage;
 use inbox_host_tests::{billing_v2, host, plugin, wait_until};
 
@@ -227,5 +228,76 @@ async fn what_a_version_would_publish_is_compared_with_what_the_live_version_pub
             .await,
         0,
         "a shadow run never stages a message"
+    );
+}
+
+/// Nothing leaves a shadow run: a version's requests after commit are counted
+/// per origin under the live host's `--http-allow` rules, and records whose
+/// handler calls out are reported as not compared, never as regressions.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_shadow_counts_requests_per_origin_and_sends_neither_requests_nor_calls() {
+    let stage = Stage::new(1).await;
+    let receiver = Receiver::start().await;
+    let orders = (0..3)
+        .map(|n| {
+            let id = format!("order-{n}");
+            let knobs = serde_json::json!({ "charge_url": format!("{}/charges", receiver.origin) });
+            receiver.order(&stage, "notify_url", &id, "/notify", knobs)
+        })
+        .collect();
+    stage.produce(orders).await;
+    let allow = ["--http-allow", receiver.origin.as_str()];
+    let live = stage.spawn_host(&plugin("notify"), &allow);
+    wait_until(
+        "the live version done and its requests sent",
+        LONG,
+        || async { stage.committed(0).await == Some(3) && receiver.applied() == 3 },
+    )
+    .await;
+    drop(live);
+    let shadow = |version: &str| {
+        let version = plugin(version);
+        let path = version.to_str().expect("path");
+        let args = [
+            "shadow",
+            "--plugin",
+            path,
+            "--group",
+            &stage.group,
+            allow[0],
+            allow[1],
+        ];
+        let out = host::run(
+            &args,
+            &[
+                ("DATABASE_URL", stage.db.url.as_str()),
+                ("KAFKA_BROKERS", stage.broker.bootstrap()),
+                ("INBOX_TOPIC", stage.topic.as_str()),
+            ],
+        );
+        let stderr = host::strip_ansi(&String::from_utf8_lossy(&out.stderr));
+        assert!(out.status.success(), "{stderr}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+
+    let said = shadow("notify");
+    assert!(
+        said.contains(&format!(
+            "would request after commit (not sent): 3 to {}",
+            receiver.origin
+        )),
+        "{said}"
+    );
+    let said = shadow("charge");
+    assert!(
+        said.contains(
+            "3 record(s) not compared: the handler calls out (a call in the handler), which a shadow run does not send"
+        ),
+        "{said}"
+    );
+    assert_eq!(
+        receiver.arrivals().len(),
+        3,
+        "only the live version's requests arrived"
     );
 }

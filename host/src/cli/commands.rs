@@ -65,6 +65,12 @@ pub struct ShadowArgs {
     /// partition of the publish topics.
     #[arg(long, default_value_t = 10_000)]
     pub publications_last: i64,
+    /// The host's `--http-allow` rules, so that a request the live host would
+    /// refuse is refused here too. Nothing is sent: requests after commit are
+    /// counted per origin, and a record whose handler calls out is reported as
+    /// not compared.
+    #[arg(long = "http-allow", env = "INBOX_HTTP_ALLOW", value_delimiter = ',')]
+    pub http_allow: Vec<String>,
     #[command(flatten)]
     pub compile_cache: CompileCacheArg,
 }

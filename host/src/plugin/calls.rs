@@ -17,9 +17,10 @@ use super::bindings::inbox::host::requests::RequestError;
 use super::handed_over::{check_header, Refusals};
 use super::limits::RequestLimits;
 use super::requests::{
-    BAD_HEADER, METHODS, NOT_ALLOWED, RESERVED, RESERVED_PREFIXES, TOO_LARGE, TOO_MANY,
+    BAD_HEADER, CALL_NOT_SENT, METHODS, NOT_ALLOWED, RESERVED, RESERVED_PREFIXES, TOO_LARGE,
+    TOO_MANY,
 };
-use crate::egress::{Call, Failure, Purpose};
+use crate::egress::{origin_of, Call, Failure, Purpose};
 use crate::inbox::call_key;
 
 /// One message's calls: what the hook needs to send them, and what it refused.
@@ -146,12 +147,6 @@ async fn send(
             ),
         ));
     }
-    let Some(gate) = &limits.gate else {
-        return Err(Refused::Rule(
-            NOT_ALLOWED,
-            "calls are not sent in this run (a shadow run or a check sends nothing)".into(),
-        ));
-    };
     let (parts, body) = request.into_parts();
     let method = parts.method.as_str();
     if !METHODS.contains(&method) {
@@ -164,6 +159,15 @@ async fn send(
         ));
     }
     let url = parts.uri.to_string();
+    let Some(gate) = &limits.gate else {
+        return Err(Refused::Rule(
+            CALL_NOT_SENT,
+            format!(
+                "calls are not sent in this run (a shadow run or a check sends nothing): {method} {}",
+                origin_of(&url)
+            ),
+        ));
+    };
     gate.check_url(&url)
         .map_err(|why| Refused::Rule(NOT_ALLOWED, why))?;
     let mut headers = Vec::with_capacity(parts.headers.len());

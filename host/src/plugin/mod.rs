@@ -30,6 +30,7 @@ pub use limits::{
     DEFAULT_MAX_PUBLISH_BYTES, DEFAULT_MAX_REQUESTS, DEFAULT_MAX_REQUEST_BYTES,
 };
 pub use loader::{digest_of, LoadError, Plugin, CONTRACT, CONTRACTS};
+pub use requests::CALL_NOT_SENT;
 pub use runtime::Runtime;
 pub use sql_guard::{check as check_statement, Violation};
 pub use swap::{PluginCell, SwapCounts, Watcher};

@@ -14,6 +14,10 @@ pub(super) const NOT_ALLOWED: &str = "IH020";
 pub(super) const TOO_MANY: &str = "IH021";
 pub(super) const TOO_LARGE: &str = "IH022";
 pub(super) const BAD_HEADER: &str = "IH023";
+/// A call in the handler made where nothing is sent (a shadow run, a check):
+/// the run cannot go on without the answer, so it fails, and a shadow reports
+/// the record as not comparable rather than as a regression.
+pub const CALL_NOT_SENT: &str = "IH024";
 
 /// Methods a request after commit or a call in the handler may use.
 pub(super) const METHODS: &[&str] = &["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"];

@@ -1,7 +1,9 @@
 //! `inbox-host shadow`: a new plugin version tried on the group's recent
 //! records, each in a transaction that is always rolled back, outside the
 //! group, and compared with what the live version did with the same record,
-//! down to the messages it published.
+//! down to the messages it published. Nothing leaves: requests after commit are
+//! counted per origin, and a record whose handler calls out (it needs the
+//! answer, which only sending gets) is reported as not comparable.
 
 mod publications;
 
@@ -12,9 +14,12 @@ use anyhow::{bail, Context};
 use serde_json::json;
 
 use crate::cli::ShadowArgs;
-use crate::inbox::{self, LiveFate, Message, Outcome, Outgoing, Runner, RunnerSettings};
+use crate::egress::origin_of;
+use crate::inbox::{
+    self, FailureKind, LiveFate, Message, Outcome, Outgoing, Runner, RunnerSettings,
+};
 use crate::kafka::{self, IdSources, Start};
-use crate::plugin::{PublishLimits, Runtime, SandboxLimits};
+use crate::plugin::{PublishLimits, RequestLimits, Runtime, SandboxLimits};
 
 /// How long reading the records may take in all.
 const READ_WITHIN: Duration = Duration::from_secs(120);
@@ -28,8 +33,15 @@ struct Tried {
     live: LiveFate,
 }
 
-/// Messages the version would have published, per topic (never sent).
+/// Messages the version would have published, per topic (never sent); and
+/// requests after commit it would have asked for, per origin.
 type WouldPublish = BTreeMap<String, usize>;
+
+/// Whether the run failed only because a call in the handler is not sent here.
+fn made_a_call(outcome: &Outcome) -> bool {
+    matches!(outcome, Outcome::Failed(e)
+        if e.kind == FailureKind::RequestRule && e.message.contains(crate::plugin::CALL_NOT_SENT))
+}
 
 /// Runs the shadow and prints its report; an error when the new version fails
 /// records the live version processed (so a deploy script can gate on it).
@@ -41,10 +53,18 @@ pub async fn shadow(args: ShadowArgs) -> anyhow::Result<()> {
         .map_err(|e: String| anyhow::anyhow!("--message-id: {e}"))?;
     let extra = crate::app::settings::kafka_options(&args.kafka_opts)
         .map_err(|bad| anyhow::anyhow!("{}", bad.join("\n  ")))?;
+    let allow = crate::egress::AllowList::parse(&args.http_allow)
+        .map_err(|bad| anyhow::anyhow!("{}", bad.join("\n  ")))?;
     let limits = SandboxLimits {
         publish: PublishLimits {
             topics: args.publish_topics.clone(),
             ..PublishLimits::default()
+        },
+        requests: RequestLimits {
+            group: args.group.clone(),
+            allow: std::sync::Arc::new(allow),
+            reply_topics: args.publish_topics.clone(),
+            ..RequestLimits::default()
         },
         ..SandboxLimits::default()
     };
@@ -77,6 +97,7 @@ pub async fn shadow(args: ShadowArgs) -> anyhow::Result<()> {
     );
     let mut tried = Vec::with_capacity(records.len());
     let mut would_publish = WouldPublish::new();
+    let mut would_request = WouldPublish::new();
     for record in records {
         let (message, unusable) = crate::app::consume::message_of(record);
         let (outcome, outgoing) = match unusable {
@@ -92,6 +113,9 @@ pub async fn shadow(args: ShadowArgs) -> anyhow::Result<()> {
             // transaction rolls back, so nothing reaches the requests table.
             None => {
                 let (outcome, after_commit) = runner.rehearse(&message, &plugin).await;
+                for r in &after_commit.requests {
+                    *would_request.entry(origin_of(&r.url)).or_default() += 1;
+                }
                 (outcome, after_commit.messages)
             }
         };
@@ -142,11 +166,15 @@ pub async fn shadow(args: ShadowArgs) -> anyhow::Result<()> {
     let regressions = tried
         .iter()
         .filter(|t| t.live == LiveFate::Processed && !t.outcome.committed())
+        .filter(|t| !made_a_call(&t.outcome))
         .count();
+    let calling = tried.iter().filter(|t| made_a_call(&t.outcome)).count();
     let digest = crate::inbox::Handler::version(&plugin).to_string();
     if args.json {
         let mut report = report_json(&digest, &tried, regressions, args.examples);
         report["would_publish"] = json!(would_publish);
+        report["would_request"] = json!(would_request);
+        report["not_compared_calls"] = json!(calling);
         if let Some(compared) = &compared {
             report["publications"] = compared.to_json(args.examples);
         }
@@ -154,6 +182,7 @@ pub async fn shadow(args: ShadowArgs) -> anyhow::Result<()> {
     } else {
         print_report(&digest, &args.group, &tried, regressions, args.examples);
         print_would_publish(&would_publish);
+        print_would_request(&would_request, calling);
         if let Some(compared) = &compared {
             compared.print(&live_topics, args.examples);
         }
@@ -180,9 +209,31 @@ fn print_would_publish(would_publish: &WouldPublish) {
     println!("would publish (not sent): {}", per_topic.join(", "));
 }
 
-/// `processed`, `failed handler-error`, …: how the new version did.
+/// Requests after commit per origin, and the records not compared because
+/// their handler calls out.
+fn print_would_request(would_request: &WouldPublish, calling: usize) {
+    if !would_request.is_empty() {
+        let per_origin: Vec<String> = would_request
+            .iter()
+            .map(|(origin, n)| format!("{n} to {origin}"))
+            .collect();
+        println!(
+            "would request after commit (not sent): {}",
+            per_origin.join(", ")
+        );
+    }
+    if calling > 0 {
+        println!(
+            "{calling} record(s) not compared: the handler calls out (a call in the handler), which a shadow run does not send"
+        );
+    }
+}
+
+/// `processed`, `failed handler-error`, `not sent: calls out`, …: how the new
+/// version did.
 fn outcome_label(outcome: &Outcome) -> String {
     match outcome {
+        o if made_a_call(o) => "not compared: calls out".to_string(),
         Outcome::Failed(e) => format!("failed {}", e.kind),
         other => other.label().to_string(),
     }
