@@ -7,6 +7,7 @@ mod calls_languages;
 mod cli;
 mod components;
 mod dead_letters;
+mod egress_offline;
 mod hostile;
 mod hot_swap;
 mod inbox_core;
