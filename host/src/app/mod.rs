@@ -122,9 +122,11 @@ pub async fn run(settings: RunSettings, shutdown: impl Future<Output = ()>) -> a
             outbox.clone(),
         ))
     });
+    let requests_committed = std::sync::Arc::new(tokio::sync::Notify::new());
     let _requests = tokio::spawn(requests::send_forever(
         pool.clone(),
         settings.http.gate.clone(),
+        requests_committed.clone(),
         requests::SenderSettings {
             group: settings.runner.group.clone(),
             worker_id: settings.runner.worker_id.clone(),
@@ -152,6 +154,8 @@ pub async fn run(settings: RunSettings, shutdown: impl Future<Output = ()>) -> a
         traces: traces.clone(),
         dead_letter_topic,
         outbox: Some(outbox),
+        // Only a host whose guests may send requests has any to wake for.
+        requests: (!settings.http.gate.allow().is_empty()).then_some(requests_committed),
     };
     let ran = pipeline.run(shutdown, StopWhen::default()).await;
     if let Some(traces) = traces {

@@ -61,8 +61,14 @@ fn by_origin(waiting: Vec<(String, i64, f64)>) -> Vec<egress::Backlog> {
         .collect()
 }
 
-/// Sends the group's requests until the process ends.
-pub async fn send_forever(pool: PgPool, gate: Arc<Gate>, settings: SenderSettings) {
+/// Sends the group's requests until the process ends; `committed` wakes it
+/// when a batch of this process commits (a backstop poll finds the rest).
+pub async fn send_forever(
+    pool: PgPool,
+    gate: Arc<Gate>,
+    committed: Arc<tokio::sync::Notify>,
+    settings: SenderSettings,
+) {
     let origins = Origins::default();
     let mut measured = tokio::time::Instant::now() - MEASURE_EVERY;
     loop {
@@ -91,7 +97,10 @@ pub async fn send_forever(pool: PgPool, gate: Arc<Gate>, settings: SenderSetting
                 .ok()
                 .flatten();
             let wait = next.map_or(IDLE_POLL, |s| Duration::from_secs_f64(s).min(IDLE_POLL));
-            tokio::time::sleep(wait.max(Duration::from_millis(5))).await;
+            tokio::select! {
+                _ = tokio::time::sleep(wait.max(Duration::from_millis(5))) => {}
+                _ = committed.notified() => {}
+            }
             continue;
         }
         let sends = due.into_iter().map(|request| {

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
-use tokio::sync::Semaphore;
+use tokio::sync::{Notify, Semaphore};
 use tokio::task::JoinSet;
 
 use super::dead_letter_topic::DeadLetterTopic;
@@ -40,6 +40,8 @@ pub struct Pipeline<S> {
     pub dead_letter_topic: Option<DeadLetterTopic>,
     /// The outbox backlog the consume side slows down on.
     pub outbox: Option<Arc<RelayStatus>>,
+    /// Wakes the sender of requests after commit after a batch commits.
+    pub requests: Option<Arc<Notify>>,
 }
 
 const CAUGHT_UP_POLL: Duration = Duration::from_millis(250);
@@ -63,6 +65,7 @@ impl<S: HandlerSource> Pipeline<S> {
             traces: None,
             dead_letter_topic: None,
             outbox: None,
+            requests: None,
         };
         (pipeline, deliveries)
     }
@@ -86,6 +89,7 @@ impl<S: HandlerSource> Pipeline<S> {
             traces,
             dead_letter_topic,
             outbox,
+            requests,
         } = self;
         let watched = observer.is_some() || stop.after_deliveries.is_some();
         let (deliveries_tx, mut deliveries) = tokio::sync::mpsc::unbounded_channel();
@@ -98,6 +102,7 @@ impl<S: HandlerSource> Pipeline<S> {
             traces,
             dead_letter_topic,
             outbox,
+            requests,
             deliveries: watched.then_some(deliveries_tx),
             budget: stop.after_deliveries.map(std::sync::atomic::AtomicU64::new),
         });

@@ -153,9 +153,12 @@ impl Stage {
             per_origin: 1,
             lease: std::time::Duration::from_secs(30),
         };
+        // Polled: the lab's pipeline has no wake-up to give it.
+        let committed = Arc::new(tokio::sync::Notify::new());
         Ok(tokio::spawn(requests::send_forever(
             self.pool.clone(),
             Arc::new(gate),
+            committed,
             settings,
         )))
     }

@@ -41,6 +41,8 @@ pub(super) struct Shared<S> {
     pub dead_letter_topic: Option<DeadLetterTopic>,
     /// The outbox backlog, measured by the relay's side.
     pub outbox: Option<Arc<RelayStatus>>,
+    /// Wakes this process's sender of requests after commit.
+    pub requests: Option<Arc<tokio::sync::Notify>>,
     pub deliveries: Option<UnboundedSender<Delivery>>,
     /// Deliveries left before the pipeline stops (`StopWhen::after_deliveries`):
     /// no worker starts a batch past it.
@@ -205,6 +207,9 @@ impl<S: HandlerSource> Worker<S> {
         let (done, retry) = self.run_batch(usable).await;
         if let Some(outbox) = self.shared.outbox.as_ref().filter(|_| done > 0) {
             outbox.committed();
+        }
+        if let Some(requests) = self.shared.requests.as_ref().filter(|_| done > 0) {
+            requests.notify_one();
         }
         self.in_flight = 0;
         if let Some(metrics) = &self.shared.metrics {
