@@ -3,6 +3,7 @@
 mod another_broker;
 mod batching;
 mod calls;
+mod calls_chaos;
 mod calls_languages;
 mod cli;
 mod components;

@@ -205,6 +205,8 @@ async fn rounds(
         plugin: "billing",
         flags: &[],
         relayed: false,
+        requested: false,
+        knobs: None,
         group: Some(GROUP),
         timestamp_ms: Some(stamp),
     };

@@ -183,6 +183,8 @@ async fn in_mode(db: &TestDb, broker: &LocalBroker, mode: &Mode, messages: usize
         plugin: "billing",
         flags: &flags,
         relayed: false,
+        requested: false,
+        knobs: None,
         group: None,
         timestamp_ms: Some(bench::in_hour(0, bench::MID_HOUR)),
     };

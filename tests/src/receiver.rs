@@ -132,6 +132,15 @@ impl Receiver {
         self.lock().applied.len()
     }
 
+    /// The keys applied, each with the charge id it was given.
+    pub fn applied_keys(&self) -> HashMap<String, String> {
+        let state = self.lock();
+        let applied = state.applied.iter();
+        applied
+            .map(|(key, (_, id))| (key.clone(), id.clone()))
+            .collect()
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }

@@ -108,13 +108,21 @@ pub async fn send_forever(
             let slot = origins.slot(&request.url, settings.per_origin);
             tokio::spawn(async move {
                 let _permit = slot.acquire_owned().await;
-                send_one(&pool, &gate, &settings, request).await;
+                send_one(&pool, &gate, &settings, request).await
             })
         });
+        // The round's plain successes are deleted together, once it is over.
+        let mut done = Vec::new();
         for sent in sends.collect::<Vec<_>>() {
-            if let Err(e) = sent.await {
-                tracing::error!(error = %e, "requests after commit: a send task failed");
+            match sent.await {
+                Ok(Some(id)) => done.push(id),
+                Ok(None) => {}
+                Err(e) => tracing::error!(error = %e, "requests after commit: a send task failed"),
             }
+        }
+        if let Err(e) = inbox::finish_requests(&pool, &done).await {
+            // Their leases run out and they are sent again with the same keys.
+            tracing::warn!(error = %e, requests = done.len(), "requests after commit: could not record the answered ones; they will be sent again");
         }
     }
 }
@@ -134,7 +142,14 @@ impl Origins {
     }
 }
 
-async fn send_one(pool: &PgPool, gate: &Gate, settings: &SenderSettings, request: StoredRequest) {
+/// Sends `request` and records what came of it, except a success with no reply
+/// to stage: its id is returned, for the round's one delete.
+async fn send_one(
+    pool: &PgPool,
+    gate: &Gate,
+    settings: &SenderSettings,
+    request: StoredRequest,
+) -> Option<i64> {
     let headers = request.header_pairs();
     let call = Call {
         method: &request.method,
@@ -169,11 +184,11 @@ async fn send_one(pool: &PgPool, gate: &Gate, settings: &SenderSettings, request
     };
     let acted = match (&sent, next) {
         (Ok(answer), Next::Done) if egress::is_success(answer.status) => {
-            let reply = request
-                .reply_topic
-                .as_deref()
-                .map(|topic| reply_of(topic, &request, answer));
-            inbox::finish_request(pool, &request, reply).await
+            let Some(topic) = request.reply_topic.as_deref() else {
+                return Some(request.id);
+            };
+            let reply = reply_of(topic, &request, answer);
+            inbox::finish_request(pool, &request, Some(reply)).await
         }
         (Ok(answer), Next::Done) => {
             let reason = format!(
@@ -224,6 +239,7 @@ async fn send_one(pool: &PgPool, gate: &Gate, settings: &SenderSettings, request
         // The lease runs out and the request is sent again with the same key.
         tracing::warn!(key = %request.idempotency_key, error = %e, "requests after commit: could not record the outcome; it will be sent again");
     }
+    None
 }
 
 async fn set_aside(

@@ -85,6 +85,19 @@ impl TempPostgres {
         .context("pg_ctl stop failed")
     }
 
+    /// Crashes the server: `pg_ctl -m immediate`, every process ended without a
+    /// checkpoint, so [`TempPostgres::resume`] starts with crash recovery.
+    pub fn crash(&self) -> anyhow::Result<()> {
+        run(
+            is_root(),
+            Command::new(self.bin.join("pg_ctl"))
+                .args(["-w", "-m", "immediate", "-D"])
+                .arg(self.dir.path().join("data"))
+                .arg("stop"),
+        )
+        .context("pg_ctl stop -m immediate failed")
+    }
+
     /// Starts the server on its port and data directory.
     pub fn resume(&self) -> anyhow::Result<()> {
         run(

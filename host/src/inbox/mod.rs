@@ -40,9 +40,10 @@ pub use outbox::{
 pub use outcome::{FailureKind, Outcome};
 pub use partitions::{prepare as prepare_partitions, PREPARED_AHEAD, PREPARED_BEHIND};
 pub use requests::{
-    backlog as request_backlog, call_key, finish as finish_request, idempotency_key, next_due_in,
-    reply_message_id, retry_later as retry_request_later, set_aside as set_request_aside,
-    take_due as take_due_requests, OutgoingRequest, Reply, StoredRequest,
+    backlog as request_backlog, call_key, finish as finish_request, finish_all as finish_requests,
+    idempotency_key, next_due_in, reply_message_id, retry_later as retry_request_later,
+    set_aside as set_request_aside, take_due as take_due_requests, OutgoingRequest, Reply,
+    StoredRequest,
 };
 pub use retention::{prune, prune_attempts, prune_dead_letters, Pruned, ATTEMPTS_KEPT};
 pub use rights::{check_rights, RUNTIME_RIGHTS};

@@ -244,15 +244,36 @@ pub struct Reply {
     pub headers: serde_json::Value,
 }
 
+/// Requests answered for good that have no reply to stage: deleted in one
+/// statement. Their commit does not wait for the disk: a delete lost in a
+/// database crash only sends its request again, with the same key.
+pub async fn finish_all(pool: &PgPool, ids: &[i64]) -> Result<(), sqlx::Error> {
+    if ids.is_empty() {
+        return Ok(());
+    }
+    let mut tx = pool.begin().await?;
+    sqlx::query("SET LOCAL synchronous_commit = off")
+        .execute(&mut *tx)
+        .await?;
+    sqlx::query("DELETE FROM inbox_host.requests WHERE id = ANY($1)")
+        .bind(ids)
+        .execute(&mut *tx)
+        .await?;
+    tx.commit().await
+}
+
 /// A request answered for good: deleted, and its reply (if any) staged in the
 /// outbox in the same transaction, so the reply exists exactly when the
-/// request is done.
+/// request is done. Like [`finish_all`], not waiting for the disk.
 pub async fn finish(
     pool: &PgPool,
     request: &StoredRequest,
     reply: Option<Reply>,
 ) -> Result<(), sqlx::Error> {
     let mut tx = pool.begin().await?;
+    sqlx::query("SET LOCAL synchronous_commit = off")
+        .execute(&mut *tx)
+        .await?;
     if let Some(reply) = reply {
         sqlx::query(
             "INSERT INTO inbox_host.outbox (topic, message_key, payload, headers, message_id, consumer_group)

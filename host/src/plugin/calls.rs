@@ -17,8 +17,8 @@ use super::bindings::inbox::host::requests::RequestError;
 use super::handed_over::{check_header, Refusals};
 use super::limits::RequestLimits;
 use super::requests::{
-    BAD_HEADER, CALL_NOT_SENT, METHODS, NOT_ALLOWED, RESERVED, RESERVED_PREFIXES, TOO_LARGE,
-    TOO_MANY,
+    check_count, check_method, check_size, Refusal, BAD_HEADER, CALL_NOT_SENT, NOT_ALLOWED,
+    RESERVED, RESERVED_PREFIXES, TOO_LARGE,
 };
 use crate::egress::{origin_of, Call, Failure, Purpose};
 use crate::inbox::call_key;
@@ -138,26 +138,11 @@ async fn send(
     key: &str,
     request: http::Request<WasiBody>,
 ) -> Result<http::Response<WasiBody>, Refused> {
-    if position >= limits.max_requests {
-        return Err(Refused::Rule(
-            TOO_MANY,
-            format!(
-                "a record's run may make at most {} calls (--http-max-requests)",
-                limits.max_requests
-            ),
-        ));
-    }
+    let rule = |(code, why): Refusal| Refused::Rule(code, why);
+    check_count(position, limits.max_requests, "make", "calls").map_err(rule)?;
     let (parts, body) = request.into_parts();
-    let method = parts.method.as_str();
-    if !METHODS.contains(&method) {
-        return Err(Refused::Rule(
-            NOT_ALLOWED,
-            format!(
-                "method {method:?} is not sent (one of {})",
-                METHODS.join(", ")
-            ),
-        ));
-    }
+    let method = check_method(parts.method.as_str()).map_err(rule)?;
+    let method = method.as_str();
     let url = parts.uri.to_string();
     let Some(gate) = &limits.gate else {
         return Err(Refused::Rule(
@@ -187,27 +172,20 @@ async fn send(
         bytes += name.as_str().len() + value.len();
         headers.push((name.as_str(), value));
     }
-    let room = limits.max_request_bytes.saturating_sub(bytes);
-    let too_large = |bytes: String| {
-        Refused::Rule(
-            TOO_LARGE,
-            format!(
-                "a call of {bytes} bytes (URL, headers, body) is over --http-max-request-bytes ({})",
-                limits.max_request_bytes
-            ),
-        )
-    };
-    let body = Limited::new(body, room)
+    let max = limits.max_request_bytes;
+    // Read no further than the bound: a body past it is refused as over it.
+    let body = Limited::new(body, max.saturating_sub(bytes))
         .collect()
         .await
         .map_err(|e| match e.downcast::<Error>() {
             Ok(error) => Refused::Other(*error),
-            Err(_) => too_large(format!("more than {}", limits.max_request_bytes)),
+            Err(_) => Refused::Rule(
+                TOO_LARGE,
+                format!("a call of more than {max} bytes (URL, headers, body) is over --http-max-request-bytes ({max})"),
+            ),
         })?
         .to_bytes();
-    if bytes + body.len() > limits.max_request_bytes {
-        return Err(too_large((bytes + body.len()).to_string()));
-    }
+    check_size(bytes + body.len(), max, "call").map_err(rule)?;
     let call = Call {
         method,
         url: &url,

@@ -11,7 +11,7 @@ use crate::inbox::{idempotency_key, Header, OutgoingRequest};
 
 /// Codes of a refused request (docs/wit.md).
 pub(super) const NOT_ALLOWED: &str = "IH020";
-pub(super) const TOO_MANY: &str = "IH021";
+const TOO_MANY: &str = "IH021";
 pub(super) const TOO_LARGE: &str = "IH022";
 pub(super) const BAD_HEADER: &str = "IH023";
 /// A call in the handler made where nothing is sent (a shadow run, a check):
@@ -20,7 +20,7 @@ pub(super) const BAD_HEADER: &str = "IH023";
 pub const CALL_NOT_SENT: &str = "IH024";
 
 /// Methods a request after commit or a call in the handler may use.
-pub(super) const METHODS: &[&str] = &["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"];
+const METHODS: &[&str] = &["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"];
 
 /// Headers the host sets on every request, or that belong to the connection: a
 /// guest may not set them in any spelling (nor `proxy-*`).
@@ -37,6 +37,47 @@ pub(super) const RESERVED: &[&str] = &[
     "expect",
 ];
 pub(super) const RESERVED_PREFIXES: &[&str] = &["proxy-"];
+
+/// A refusal by the rules both requests after commit and calls meet: its
+/// code, and what is wrong and what allows it.
+pub(super) type Refusal = (&'static str, String);
+
+/// The `asked`th request or call (0, 1, …) of a run, under `--http-max-requests`.
+pub(super) fn check_count(asked: usize, max: usize, verb: &str, what: &str) -> Result<(), Refusal> {
+    if asked < max {
+        return Ok(());
+    }
+    Err((
+        TOO_MANY,
+        format!("a record's run may {verb} at most {max} {what} (--http-max-requests)"),
+    ))
+}
+
+/// The method in capitals, if it is one the host sends.
+pub(super) fn check_method(method: &str) -> Result<String, Refusal> {
+    let upper = method.trim().to_ascii_uppercase();
+    if METHODS.contains(&upper.as_str()) {
+        return Ok(upper);
+    }
+    Err((
+        NOT_ALLOWED,
+        format!(
+            "method {method:?} is not sent (one of {})",
+            METHODS.join(", ")
+        ),
+    ))
+}
+
+/// A request or call of `bytes` (URL, headers, body), under `--http-max-request-bytes`.
+pub(super) fn check_size(bytes: usize, max: usize, what: &str) -> Result<(), Refusal> {
+    if bytes <= max {
+        return Ok(());
+    }
+    Err((
+        TOO_LARGE,
+        format!("a {what} of {bytes} bytes (URL, headers, body) is over --http-max-request-bytes ({max})"),
+    ))
+}
 
 /// One message's requests.
 pub(crate) struct RequestSession {
@@ -90,26 +131,15 @@ impl RequestSession {
             message,
         };
         let limits = &self.limits;
-        if self.requested.len() >= limits.max_requests {
-            return Err(refused(
-                TOO_MANY,
-                format!(
-                    "a record's run may ask for at most {} requests (--http-max-requests)",
-                    limits.max_requests
-                ),
-            ));
-        }
-        let method = request.method.trim().to_ascii_uppercase();
-        if !METHODS.contains(&method.as_str()) {
-            return Err(refused(
-                NOT_ALLOWED,
-                format!(
-                    "method {:?} is not sent (one of {})",
-                    request.method,
-                    METHODS.join(", ")
-                ),
-            ));
-        }
+        let rule = |(code, message): Refusal| refused(code, message);
+        check_count(
+            self.requested.len(),
+            limits.max_requests,
+            "ask for",
+            "requests",
+        )
+        .map_err(rule)?;
+        let method = check_method(&request.method).map_err(rule)?;
         crate::egress::check_url(&limits.allow, &request.url)
             .map_err(|why| refused(NOT_ALLOWED, why))?;
         if let Some(topic) = &request.reply_topic {
@@ -152,16 +182,7 @@ impl RequestSession {
             ordering_key: request.ordering_key,
             reply_topic: request.reply_topic,
         };
-        if kept.bytes() > limits.max_request_bytes {
-            return Err(refused(
-                TOO_LARGE,
-                format!(
-                    "a request of {} bytes (URL, headers, body) is over --http-max-request-bytes ({})",
-                    kept.bytes(),
-                    limits.max_request_bytes
-                ),
-            ));
-        }
+        check_size(kept.bytes(), limits.max_request_bytes, "request").map_err(rule)?;
         let key = idempotency_key(&limits.group, &self.incoming_id, self.requested.len());
         self.requested.push(kept);
         Ok(key)

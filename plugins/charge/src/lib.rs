@@ -4,12 +4,15 @@
 //! the call; a run that rolls back and runs again repeats the key, so a
 //! receiver that honours it charges once and answers the repeat the same.
 //!
+//! Given a `notify_url`, it also asks for a notification (`POST` of the order)
+//! sent once the transaction commits: charge by call, notify after commit.
+//!
 //! Test knobs in the order: `"trap_unless_repeat": true` traps after a charge
 //! answered for the first time (the run rolls back; the next run's repeat is
 //! recorded); `"calls": n` charges n times; `"headers": [[name, value]]` adds
 //! headers; `"swallow_errors": true` records `"no charge"` and returns ok when
 //! a call fails (the host still fails a run whose call it refused).
-use inbox_guest::{call, Db, Event, HandlerError, Request};
+use inbox_guest::{call, send_after_commit, Db, Event, HandlerError, Request};
 use serde::Deserialize;
 
 #[derive(Deserialize)]
@@ -17,6 +20,7 @@ struct Order {
     order_id: String,
     amount: f64,
     charge_url: String,
+    notify_url: Option<String>,
     calls: Option<usize>,
     #[serde(default)]
     trap_unless_repeat: bool,
@@ -67,6 +71,11 @@ fn handle(event: &Event, db: &Db) -> Result<(), HandlerError> {
             panic!("trapping after the charge {} was made", charge.charge_id);
         }
         charge_id = charge.charge_id;
+    }
+    if let Some(url) = &order.notify_url {
+        send_after_commit(Request::post(url.as_str()).json(&serde_json::json!({
+            "order_id": order.order_id, "charge_id": charge_id,
+        }))?)?;
     }
     db.execute(
         "INSERT INTO invoices (order_id, amount, message_id, marker) VALUES ($1, $2, $3, $4)",

@@ -25,6 +25,11 @@ pub struct Run<'a> {
     pub plugin: &'a str,
     pub flags: &'a [&'a str],
     pub relayed: bool,
+    /// And only when the host has sent one request after commit per record
+    /// (answered 2xx).
+    pub requested: bool,
+    /// More fields for every record's payload (a URL the plugin sends to).
+    pub knobs: Option<&'a serde_json::Value>,
     /// The consumer group (`None`: a fresh one per round, named as its topic).
     pub group: Option<&'a str>,
     /// The time every record is stamped with (ms since the epoch; `None`: the
@@ -47,15 +52,20 @@ pub async fn end_to_end(
     let records: Vec<OutgoingRecord> = (0..messages)
         .map(|i| {
             let id = format!("{topic}-{i}");
+            let mut payload = serde_json::json!({ "order_id": id, "amount": 1 });
+            if let (Some(payload), Some(knobs)) = (
+                payload.as_object_mut(),
+                run.knobs.and_then(|k| k.as_object()),
+            ) {
+                payload.extend(knobs.clone());
+            }
             OutgoingRecord {
                 topic: topic.clone(),
                 partition: None,
                 timestamp_ms,
                 key: Some(id.clone().into_bytes()),
                 headers: vec![("message_id".into(), id.clone().into_bytes())],
-                payload: serde_json::json!({ "order_id": id, "amount": 1 })
-                    .to_string()
-                    .into_bytes(),
+                payload: payload.to_string().into_bytes(),
             }
         })
         .collect();
@@ -101,14 +111,23 @@ pub async fn end_to_end(
         let handled = host
             .metric_sum("inbox_host_messages_total", "outcome=\"processed\"")
             .unwrap_or(0.0) as usize;
+        let mut done = handled;
         if run.relayed {
             let relayed = host
                 .metric("inbox_host_relay_messages_total")
                 .unwrap_or(0.0) as usize;
-            handled.min(relayed)
-        } else {
-            handled
+            done = done.min(relayed);
         }
+        if run.requested {
+            let sent = host
+                .metric_sum_of(
+                    "inbox_host_http_requests_total",
+                    &["purpose=\"after_commit\"", "outcome=\"2xx\""],
+                )
+                .unwrap_or(0.0) as usize;
+            done = done.min(sent);
+        }
+        done
     };
     let deadline = Instant::now() + Duration::from_secs(600);
     let mut first: Option<Sample> = None;
