@@ -34,6 +34,8 @@ pub struct SenderSettings {
 
 /// Requests taken per round.
 const ROUND: i64 = 256;
+/// Rounds being sent at once.
+const ROUNDS_IN_FLIGHT: usize = 3;
 /// The longest a sender with nothing due sleeps before looking again.
 const IDLE_POLL: Duration = Duration::from_millis(200);
 /// Bytes of a response body kept in a dead letter.
@@ -69,7 +71,10 @@ pub async fn send_forever(
     committed: Arc<tokio::sync::Notify>,
     settings: SenderSettings,
 ) {
-    let origins = Origins::default();
+    let origins = Arc::new(Origins::default());
+    // Rounds overlap: the next is taken while the last is sent (a taken row
+    // is leased, and a later request of its ordering key waits for it).
+    let rounds = Arc::new(Semaphore::new(ROUNDS_IN_FLIGHT));
     let mut measured = tokio::time::Instant::now() - MEASURE_EVERY;
     loop {
         if measured.elapsed() >= MEASURE_EVERY {
@@ -81,6 +86,9 @@ pub async fn send_forever(
                 }
             }
         }
+        let Ok(round) = rounds.clone().acquire_owned().await else {
+            return;
+        };
         let due = match inbox::take_due_requests(&pool, &settings.group, ROUND, settings.lease)
             .await
         {
@@ -92,6 +100,7 @@ pub async fn send_forever(
             }
         };
         if due.is_empty() {
+            drop(round);
             let next = inbox::next_due_in(&pool, &settings.group)
                 .await
                 .ok()
@@ -103,27 +112,47 @@ pub async fn send_forever(
             }
             continue;
         }
-        let sends = due.into_iter().map(|request| {
-            let (pool, gate, settings) = (pool.clone(), gate.clone(), settings.clone());
-            let slot = origins.slot(&request.url, settings.per_origin);
-            tokio::spawn(async move {
-                let _permit = slot.acquire_owned().await;
-                send_one(&pool, &gate, &settings, request).await
-            })
+        let (pool, gate, settings, origins) = (
+            pool.clone(),
+            gate.clone(),
+            settings.clone(),
+            origins.clone(),
+        );
+        tokio::spawn(async move {
+            send_round(&pool, &gate, &settings, &origins, due).await;
+            drop(round);
         });
-        // The round's plain successes are deleted together, once it is over.
-        let mut done = Vec::new();
-        for sent in sends.collect::<Vec<_>>() {
-            match sent.await {
-                Ok(Some(id)) => done.push(id),
-                Ok(None) => {}
-                Err(e) => tracing::error!(error = %e, "requests after commit: a send task failed"),
-            }
+    }
+}
+
+/// Sends one round's requests, each as its origin's bound allows, and deletes
+/// the plain successes together once they are all answered.
+async fn send_round(
+    pool: &PgPool,
+    gate: &Arc<Gate>,
+    settings: &SenderSettings,
+    origins: &Origins,
+    due: Vec<StoredRequest>,
+) {
+    let sends = due.into_iter().map(|request| {
+        let (pool, gate, settings) = (pool.clone(), gate.clone(), settings.clone());
+        let slot = origins.slot(&request.url, settings.per_origin);
+        tokio::spawn(async move {
+            let _permit = slot.acquire_owned().await;
+            send_one(&pool, &gate, &settings, request).await
+        })
+    });
+    let mut done = Vec::new();
+    for sent in sends.collect::<Vec<_>>() {
+        match sent.await {
+            Ok(Some(id)) => done.push(id),
+            Ok(None) => {}
+            Err(e) => tracing::error!(error = %e, "requests after commit: a send task failed"),
         }
-        if let Err(e) = inbox::finish_requests(&pool, &done).await {
-            // Their leases run out and they are sent again with the same keys.
-            tracing::warn!(error = %e, requests = done.len(), "requests after commit: could not record the answered ones; they will be sent again");
-        }
+    }
+    if let Err(e) = inbox::finish_requests(pool, &done).await {
+        // Their leases run out and they are sent again with the same keys.
+        tracing::warn!(error = %e, requests = done.len(), "requests after commit: could not record the answered ones; they will be sent again");
     }
 }
 
