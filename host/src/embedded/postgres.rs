@@ -75,27 +75,24 @@ impl TempPostgres {
     /// Stops the server (fast shutdown: sessions are cut); [`TempPostgres::resume`]
     /// starts it again with its data.
     pub fn stop(&self) -> anyhow::Result<()> {
-        run(
-            is_root(),
-            Command::new(self.bin.join("pg_ctl"))
-                .args(["-w", "-m", "fast", "-D"])
-                .arg(self.dir.path().join("data"))
-                .arg("stop"),
-        )
-        .context("pg_ctl stop failed")
+        self.stop_in("fast")
     }
 
     /// Crashes the server: `pg_ctl -m immediate`, every process ended without a
     /// checkpoint, so [`TempPostgres::resume`] starts with crash recovery.
     pub fn crash(&self) -> anyhow::Result<()> {
+        self.stop_in("immediate")
+    }
+
+    fn stop_in(&self, mode: &str) -> anyhow::Result<()> {
         run(
             is_root(),
             Command::new(self.bin.join("pg_ctl"))
-                .args(["-w", "-m", "immediate", "-D"])
+                .args(["-w", "-m", mode, "-D"])
                 .arg(self.dir.path().join("data"))
                 .arg("stop"),
         )
-        .context("pg_ctl stop -m immediate failed")
+        .with_context(|| format!("pg_ctl stop -m {mode} failed"))
     }
 
     /// Starts the server on its port and data directory.

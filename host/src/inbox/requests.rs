@@ -251,10 +251,7 @@ pub async fn finish_all(pool: &PgPool, ids: &[i64]) -> Result<(), sqlx::Error> {
     if ids.is_empty() {
         return Ok(());
     }
-    let mut tx = pool.begin().await?;
-    sqlx::query("SET LOCAL synchronous_commit = off")
-        .execute(&mut *tx)
-        .await?;
+    let mut tx = begin_not_waiting_for_the_disk(pool).await?;
     sqlx::query("DELETE FROM inbox_host.requests WHERE id = ANY($1)")
         .bind(ids)
         .execute(&mut *tx)
@@ -270,10 +267,7 @@ pub async fn finish(
     request: &StoredRequest,
     reply: Option<Reply>,
 ) -> Result<(), sqlx::Error> {
-    let mut tx = pool.begin().await?;
-    sqlx::query("SET LOCAL synchronous_commit = off")
-        .execute(&mut *tx)
-        .await?;
+    let mut tx = begin_not_waiting_for_the_disk(pool).await?;
     if let Some(reply) = reply {
         sqlx::query(
             "INSERT INTO inbox_host.outbox (topic, message_key, payload, headers, message_id, consumer_group)
@@ -293,6 +287,18 @@ pub async fn finish(
         .execute(&mut *tx)
         .await?;
     tx.commit().await
+}
+
+/// A transaction whose commit does not wait for the disk: what it records of
+/// a sent request, lost in a crash, only sends that request again, same key.
+async fn begin_not_waiting_for_the_disk(
+    pool: &PgPool,
+) -> Result<sqlx::Transaction<'static, sqlx::Postgres>, sqlx::Error> {
+    let mut tx = pool.begin().await?;
+    sqlx::query("SET LOCAL synchronous_commit = off")
+        .execute(&mut *tx)
+        .await?;
+    Ok(tx)
 }
 
 /// A request to try again after `delay`, with what went wrong.

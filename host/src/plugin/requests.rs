@@ -53,16 +53,16 @@ pub(super) fn check_count(asked: usize, max: usize, verb: &str, what: &str) -> R
     ))
 }
 
-/// The method in capitals, if it is one the host sends.
-pub(super) fn check_method(method: &str) -> Result<String, Refusal> {
-    let upper = method.trim().to_ascii_uppercase();
-    if METHODS.contains(&upper.as_str()) {
-        return Ok(upper);
+/// The method as the host would send it, `sent`, one it sends; `given` is the
+/// guest's own spelling, for the refusal.
+pub(super) fn check_method(sent: &str, given: &str) -> Result<(), Refusal> {
+    if METHODS.contains(&sent) {
+        return Ok(());
     }
     Err((
         NOT_ALLOWED,
         format!(
-            "method {method:?} is not sent (one of {})",
+            "method {given:?} is not sent (one of {})",
             METHODS.join(", ")
         ),
     ))
@@ -139,7 +139,8 @@ impl RequestSession {
             "requests",
         )
         .map_err(rule)?;
-        let method = check_method(&request.method).map_err(rule)?;
+        let method = request.method.trim().to_ascii_uppercase();
+        check_method(&method, &request.method).map_err(rule)?;
         crate::egress::check_url(&limits.allow, &request.url)
             .map_err(|why| refused(NOT_ALLOWED, why))?;
         if let Some(topic) = &request.reply_topic {
