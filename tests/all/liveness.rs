@@ -1,5 +1,5 @@
 //! Nothing stalls silently: a record the host cannot read, a panic in a
-//! partition's worker, a dead-letter table that refuses rows and replicas
+//! partition's worker (and one inside its recovery, or after a commit), a dead-letter table that refuses rows and replicas
 //! starting together each end with every good record handled, the odd one set
 //! aside once, and the host ready.
 
@@ -122,6 +122,92 @@ async fn a_panic_in_a_partition_worker_sets_its_record_aside_and_the_partition_g
     assert!(
         reason.contains("panicked") && reason.contains("boom"),
         "{reason}"
+    );
+    wait_ready(&host).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_worker_that_panics_inside_its_own_recovery_is_restarted_in_place_and_its_partition_goes_on(
+) {
+    let stage = Stage::new(1).await;
+    effects_table(&stage).await;
+    let insert = "INSERT INTO effects (n) VALUES (1)";
+    let mut records: Vec<_> = (1..=5)
+        .map(|n| stage.record(&format!("before-{n}"), Some(0), insert))
+        .collect();
+    records.push(stage.record("boom", Some(0), "INSERT INTO effects (n) VALUES (0)"));
+    records.extend((1..=5).map(|n| stage.record(&format!("after-{n}"), Some(0), insert)));
+    stage.produce(records).await;
+    // The panic in the batch holding "boom", and another inside the recovery
+    // from it: the worker's task would end there, and its partition with it.
+    let mut host = stage.spawn_host_with_env(
+        &plugin("sql-runner"),
+        &[],
+        &[
+            ("INBOX_HOST_FAILPOINT_PANIC_ID", "boom"),
+            ("INBOX_HOST_FAILPOINT_PANIC_IN_RECOVERY", "1"),
+        ],
+    );
+    wait_until("all 11 records done", LONG, || async {
+        stage.committed(0).await == Some(11)
+    })
+    .await;
+
+    assert!(host.is_running(), "the host kept running:\n{}", host.log());
+    assert_eq!(
+        (effects(&stage, 1).await, effects(&stage, 0).await),
+        (10, 0),
+        "every good record's effect once, none of the odd one's"
+    );
+    let kinds: Vec<String> = sqlx::query_scalar(
+        "SELECT failure_kind FROM inbox_host.dead_letters WHERE consumer_group = $1",
+    )
+    .bind(&stage.group)
+    .fetch_all(&stage.db.pool)
+    .await
+    .expect("dead letters");
+    assert_eq!(kinds, ["host-panic"], "only the record the panic concerned");
+    let log = host.log();
+    assert!(log.contains("restarted in place"), "{log}");
+    assert!(!log.contains("ended abnormally"), "{log}");
+    wait_ready(&host).await;
+    assert_eq!(
+        host.metric_sum("inbox_host_worker_restarts_total", "partition=\"0\""),
+        Some(1.0)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_panic_after_a_batch_committed_leaves_its_records_done_and_sets_none_aside() {
+    let stage = Stage::new(1).await;
+    effects_table(&stage).await;
+    let insert = "INSERT INTO effects (n) VALUES (1)";
+    let records = (1..=20)
+        .map(|n| stage.record(&format!("order-{n}"), Some(0), insert))
+        .collect();
+    stage.produce(records).await;
+    // One record per batch: the panic comes with that record alone in flight,
+    // where a panic before its commit sets it aside.
+    let host = stage.spawn_host_with_env(
+        &plugin("sql-runner"),
+        &["--batch-max", "1"],
+        &[("INBOX_HOST_FAILPOINT_PANIC_AFTER_COMMIT_ID", "order-7")],
+    );
+    wait_until("all 20 records done", LONG, || async {
+        stage.committed(0).await == Some(20)
+    })
+    .await;
+
+    let log = host.log();
+    assert!(log.contains("PANIC_AFTER_COMMIT_ID=order-7"), "the panic happened:\n{log}");
+    assert_eq!(effects(&stage, 1).await, 20, "each record's effect once");
+    assert_eq!(
+        stage
+            .db
+            .count("SELECT count(*) FROM inbox_host.dead_letters")
+            .await,
+        0,
+        "a committed record is never set aside"
     );
     wait_ready(&host).await;
 }

@@ -106,7 +106,7 @@ pub fn refused_credentials(
         }
         // Error events reach the context only while the client is polled.
         let _ = client.poll(Duration::from_millis(100));
-        if let Some(reason) = super::context::lock(&client.context().refused).clone() {
+        if let Some(reason) = super::poison::lock(&client.context().refused).clone() {
             return Ok(Some(reason));
         }
     }
@@ -122,7 +122,7 @@ struct Refusals {
 impl ClientContext for Refusals {
     fn error(&self, error: KafkaError, reason: &str) {
         if error.rdkafka_error_code() == Some(RDKafkaErrorCode::Authentication) {
-            super::context::lock(&self.refused).get_or_insert_with(|| reason.to_string());
+            super::poison::lock(&self.refused).get_or_insert_with(|| reason.to_string());
         }
     }
 }

@@ -11,6 +11,7 @@ use rdkafka::{ClientContext, TopicPartitionList};
 use tokio::sync::{mpsc, watch};
 
 use super::membership::Membership;
+use super::poison::lock;
 use super::settings::ConsumerSettings;
 
 /// A topic and partition.
@@ -285,8 +286,4 @@ fn partitions(tpl: &TopicPartitionList) -> Vec<Partition> {
         .iter()
         .map(|e| (e.topic().to_string(), e.partition()))
         .collect()
-}
-
-pub(super) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }

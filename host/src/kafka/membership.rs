@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use rdkafka::consumer::{BaseConsumer, Consumer as _};
 use rdkafka::ClientConfig;
 
-use super::context::lock;
+use super::poison::lock;
 use super::settings::{MAX_POLL_INTERVAL_MS, SESSION_TIMEOUT_MS};
 
 /// A rebalance that goes well ends within a session timeout or two (a

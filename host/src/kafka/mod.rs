@@ -13,6 +13,7 @@ mod error;
 mod membership;
 mod message_id;
 mod partition;
+mod poison;
 mod producer;
 mod publisher;
 mod record;

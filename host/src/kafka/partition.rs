@@ -130,7 +130,7 @@ impl PartitionStream {
     /// no id of their own; the shared set is touched once per stream at most.
     fn warn_coordinates(&mut self) {
         self.warned = true;
-        if super::context::lock(&self.warned_coordinates).insert(self.topic().to_string()) {
+        if super::poison::lock(&self.warned_coordinates).insert(self.topic().to_string()) {
             tracing::warn!(
                 topic = self.topic(),
                 "records carry no message id header or field; using topic:partition:offset, \

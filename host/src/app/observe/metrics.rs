@@ -30,11 +30,18 @@ struct KindLabels {
     kind: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PartitionLabels {
+    topic: String,
+    partition: i32,
+}
+
 /// The host's metrics and the state `/health/ready` reads.
 pub struct Metrics {
     registry: Registry,
     messages: Family<OutcomeLabels, Counter>,
     dead_letters: Family<KindLabels, Counter>,
+    worker_restarts: Family<PartitionLabels, Counter>,
     batch_size: Histogram,
     transaction_seconds: Histogram,
     end_to_end_seconds: Histogram,
@@ -84,6 +91,12 @@ impl Metrics {
             "Records set aside in inbox_host.dead_letters, by the failure kind that set them aside (or unusable)",
             dead_letters.clone(),
         );
+        let worker_restarts = Family::<PartitionLabels, Counter>::default();
+        registry.register(
+            "inbox_host_worker_restarts",
+            "Partition workers restarted in place after a panic inside their own recovery (their records kept, none skipped)",
+            worker_restarts.clone(),
+        );
         let batch_size = Histogram::new(exponential_buckets(1.0, 2.0, 10));
         registry.register(
             "inbox_host_batch_size",
@@ -113,6 +126,7 @@ impl Metrics {
             registry,
             messages,
             dead_letters,
+            worker_restarts,
             batch_size,
             transaction_seconds,
             end_to_end_seconds,
@@ -222,6 +236,15 @@ impl Metrics {
     /// A record was set aside; `kind` is the failure kind, or `unusable`.
     pub fn dead_letter(&self, kind: &'static str) {
         self.dead_letters.get_or_create(&KindLabels { kind }).inc();
+    }
+
+    /// The worker of `topic`-`partition` was restarted in place.
+    pub fn worker_restarted(&self, topic: &str, partition: i32) {
+        let labels = PartitionLabels {
+            topic: topic.to_string(),
+            partition,
+        };
+        self.worker_restarts.get_or_create(&labels).inc();
     }
 
     /// A transaction of `size` records took `took`, claim to end.

@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use super::Worker;
-use crate::app::consume::decide;
+use crate::app::consume::{decide, failpoint};
 use crate::app::consume::pending::Aside;
 use crate::app::consume::source::HandlerSource;
 use crate::inbox::{self, DeadLetter, FailureKind, Outcome};
@@ -17,6 +17,8 @@ impl<S: HandlerSource> Worker<S> {
     /// the panic as its reason. A panic while setting one aside is retried after
     /// a backoff. Returns that delay.
     pub(super) fn recover(&mut self, panic: &str) -> Option<Duration> {
+        failpoint::in_recovery();
+        self.keep_committed();
         let in_flight = std::mem::take(&mut self.in_flight);
         tracing::error!(
             topic = self.stream.topic(),
@@ -42,6 +44,42 @@ impl<S: HandlerSource> Worker<S> {
             Some(_) => Some(self.retry_delay()),
             None => None,
         }
+    }
+
+    /// After a panic inside [`Worker::recover`]: the worker starts again on
+    /// the same stream with the same records, the batch in flight taken apart
+    /// (its records go one at a time, so a panic again sets only its own record
+    /// aside). Returns the backoff before it goes on.
+    pub(super) fn restart(&mut self, panic: &str) -> Duration {
+        self.restarts += 1;
+        self.keep_committed();
+        self.alone_for = self.alone_for.max(std::mem::take(&mut self.in_flight));
+        let delay = self.shared.limits.retry.backoff.delay(self.restarts);
+        tracing::error!(
+            topic = self.stream.topic(),
+            partition = self.stream.partition(),
+            restarts = self.restarts,
+            restart_in_ms = delay.as_millis() as u64,
+            panic,
+            "a partition worker panicked while recovering from a panic; restarted in place (its records kept)"
+        );
+        if let Some(metrics) = &self.shared.metrics {
+            metrics.worker_restarted(self.stream.topic(), self.stream.partition());
+        }
+        delay
+    }
+
+    /// The records at the head whose batch committed before a panic: done
+    /// (their offset stored), never set aside or run again.
+    fn keep_committed(&mut self) {
+        let committed = std::mem::take(&mut self.committed).min(self.pending.len());
+        let Some(last) = committed.checked_sub(1) else {
+            return;
+        };
+        self.acknowledge(self.pending[last].message.offset);
+        self.pending.drain(..committed);
+        self.in_flight = self.in_flight.saturating_sub(committed);
+        self.attempts = 0;
     }
 
     /// Sets the head aside as decided; on failure, only the set-aside is tried

@@ -67,6 +67,12 @@ pub(super) struct Worker<S> {
     /// in flight stays here (the first `in_flight`), so a panic loses none.
     pending: VecDeque<Pending>,
     in_flight: usize,
+    /// Records at the head whose batch committed, while the worker concludes
+    /// it: a panic then leaves them done, never set aside.
+    committed: usize,
+    /// Restarts in place in a row (a panic inside the worker's own recovery),
+    /// for the backoff; cleared when a batch commits.
+    restarts: u32,
     /// After a panic in a batch: how many more turns take one record alone, to
     /// find the one it concerned (the batch's size).
     alone_for: usize,
@@ -91,6 +97,8 @@ impl<S: HandlerSource> Worker<S> {
             shared,
             pending: VecDeque::new(),
             in_flight: 0,
+            committed: 0,
+            restarts: 0,
             alone_for: 0,
             attempts: 0,
             started: SystemTime::UNIX_EPOCH,
@@ -100,8 +108,26 @@ impl<S: HandlerSource> Worker<S> {
 
     /// Runs until the partition is revoked or the member closes, then drops the
     /// stream (which lets the rebalance go on). A panic anywhere in the work is
-    /// caught here: the record it concerned is set aside and the worker goes on.
+    /// caught: the record it concerned is set aside and the worker goes on. A
+    /// panic inside that recovery restarts the worker in place, after a
+    /// backoff, with its stream and its records: the partition never waits for
+    /// a rebalance or a restart of the host.
     pub async fn run(mut self) {
+        loop {
+            match AssertUnwindSafe(self.work_recovering()).catch_unwind().await {
+                Ok(()) => return,
+                Err(panic) => {
+                    let delay = self.restart(&crate::panics::text(&*panic));
+                    tokio::select! {
+                        () = tokio::time::sleep(delay) => {}
+                        () = self.stream.stopped() => return,
+                    }
+                }
+            }
+        }
+    }
+
+    async fn work_recovering(&mut self) {
         loop {
             match AssertUnwindSafe(self.work()).catch_unwind().await {
                 Ok(()) => return,
@@ -224,6 +250,10 @@ impl<S: HandlerSource> Worker<S> {
             self.forget_attempts(0).await;
         }
         self.pending.drain(..done);
+        self.committed = 0;
+        if done > 0 {
+            self.restarts = 0;
+        }
         if retry.is_none() {
             // The head is done (or decided); a retry keeps the count of the
             // record now at the head (the one that failed).
@@ -258,6 +288,8 @@ impl<S: HandlerSource> Worker<S> {
         let messages: Vec<&Message> = self.pending.range(..n).map(|p| &p.message).collect();
         failpoint::check(&messages);
         let outcomes = shared.runner.process_batch(&messages, &*handler).await;
+        self.committed = outcomes.iter().take_while(|o| o.committed()).count();
+        failpoint::after_commit(&messages);
         if let Some(metrics) = &shared.metrics {
             metrics.transaction(messages.len(), started.elapsed());
         }
