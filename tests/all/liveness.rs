@@ -448,6 +448,45 @@ async fn after_a_broker_outage_past_the_session_timeout_every_partition_commits_
     wait_ready(&host).await;
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn sigterm_with_the_broker_unreachable_exits_0_within_5_s_and_loses_nothing() {
+    let stage = Stage::new(3).await;
+    let orders = |from: i64, to: i64| {
+        (from..to)
+            .map(|n| stage.order(&format!("order-{n}"), n))
+            .collect()
+    };
+    stage.produce(orders(0, 30)).await;
+    let mut host = stage.spawn_host(&plugin("billing"), &[]);
+    wait_until("the first orders committed", LONG, || async {
+        stage.committed_total(3).await == 30
+    })
+    .await;
+    wait_ready(&host).await;
+
+    stage.broker.set_down(true).expect("broker down");
+    wait_until("the host sees the broker gone", LONG, || async {
+        host.log().contains("Kafka client error")
+    })
+    .await;
+    let asked = Instant::now();
+    let exited_0 = host.stop();
+    let took = asked.elapsed();
+    eprintln!("exited {took:?} after SIGTERM with the broker down");
+    assert!(exited_0, "exit 0:\n{}", host.log());
+    assert!(took <= Duration::from_secs(5), "took {took:?}:\n{}", host.log());
+
+    // Nothing lost: a new host handles what comes next, and every order once.
+    stage.broker.set_down(false).expect("broker up");
+    stage.produce(orders(30, 60)).await;
+    let _next = stage.spawn_host(&plugin("billing"), &[]);
+    wait_until("every order committed", LONG, || async {
+        stage.committed_total(3).await == 60
+    })
+    .await;
+    assert_eq!(stage.db.count("SELECT count(*) FROM invoices").await, 60);
+}
+
 /// How long a killed member keeps its partitions: the host's session timeout.
 const SESSION_TIMEOUT: Duration = Duration::from_millis(kafka::SESSION_TIMEOUT_MS);
 
@@ -564,5 +603,71 @@ async fn under_a_churn_of_kills_and_starts_every_partition_with_waiting_work_com
     assert!(
         longest <= Duration::from_secs(15),
         "a partition waited {longest:?} without a commit, outside any killed member's session timeout"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn after_a_sigkill_of_one_of_three_hosts_every_partition_commits_again_within_the_session_timeout_and_5_s(
+) {
+    const PARTITIONS: i32 = 6;
+    const CHUNKS: i64 = 60;
+    const PER_CHUNK: i64 = 40;
+    let stage = Stage::new(PARTITIONS).await;
+    let billing = plugin("billing");
+    let mut hosts: Vec<Host> = (0..3).map(|_| stage.spawn_host(&billing, &[])).collect();
+    for host in &hosts {
+        wait_ready(host).await;
+    }
+    // Orders arrive all along (a chunk every 500 ms for 30 s), so every
+    // partition has waiting work before, during and after the fault.
+    let chunks: Vec<Vec<_>> = (0..CHUNKS)
+        .map(|c| {
+            (c * PER_CHUNK..(c + 1) * PER_CHUNK)
+                .map(|n| stage.order(&format!("order-{n}"), n))
+                .collect()
+        })
+        .collect();
+    let bootstrap = stage.broker.bootstrap().to_string();
+    let producing = tokio::spawn(async move {
+        for chunk in chunks {
+            kafka::produce(&bootstrap, &chunk).await.expect("produce");
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    });
+    wait_until("every partition committing", LONG, || async {
+        stage.committed_per_partition(PARTITIONS).await.iter().all(|c| *c > 0)
+    })
+    .await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let watcher = tokio::spawn(watch_stalls(
+        stage.broker.bootstrap().to_string(),
+        stage.group.clone(),
+        stage.topic.clone(),
+        PARTITIONS,
+        Arc::default(),
+        stop.clone(),
+    ));
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    hosts[0].kill_hard();
+    producing.await.expect("producer");
+    wait_until("every order handled and committed", LONG, || async {
+        stage.committed_total(PARTITIONS).await == CHUNKS * PER_CHUNK
+    })
+    .await;
+    stop.store(true, Ordering::SeqCst);
+    let (worst, longest) = watcher.await.expect("watcher");
+    eprintln!(
+        "after the SIGKILL, the longest time without a commit with records waiting, per partition: {worst:?}; in all: {longest:?}"
+    );
+    assert_eq!(
+        stage.db.count("SELECT count(*) FROM invoices").await,
+        CHUNKS * PER_CHUNK
+    );
+    let bound = SESSION_TIMEOUT + Duration::from_secs(5);
+    assert!(
+        longest <= bound,
+        "a partition went {longest:?} without a commit (bound {bound:?}):\n{}\n{}",
+        hosts[1].log(),
+        hosts[2].log()
     );
 }

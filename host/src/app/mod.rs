@@ -162,7 +162,7 @@ pub async fn run(settings: RunSettings, shutdown: impl Future<Output = ()>) -> a
         tokio::task::spawn_blocking(move || traces.shutdown()).await?;
     }
     ran?;
-    tracing::info!("stopped: batches in flight finished, stored offsets committed, group left");
+    tracing::info!("stopped: batches in flight finished");
     Ok(())
 }
 

@@ -160,6 +160,41 @@ impl Consumer {
     }
 }
 
+/// How long leaving the group may take while the brokers answer: the final
+/// commit and LeaveGroup, so the partitions move at once.
+pub const LEAVE_WITHIN: Duration = Duration::from_secs(10);
+
+/// How long while they do not: librdkafka would wait for a coordinator that
+/// is not there (6 s and more, measured), and nothing it could do then lands.
+pub const LEAVE_WITHIN_UNREACHABLE: Duration = Duration::from_secs(2);
+
+impl Consumer {
+    /// [`Consumer::close`] on a thread of its own, waited for at most
+    /// [`LEAVE_WITHIN`] ([`LEAVE_WITHIN_UNREACHABLE`] while the brokers fail).
+    /// Returns whether it finished. If not, the process goes on exiting without
+    /// it: the records since the last commit come again to the partitions'
+    /// next owner, which finds them in the inbox.
+    pub async fn leave(self) -> bool {
+        let reachable = !self.inner.context().failing().load(Ordering::SeqCst);
+        let within = if reachable {
+            LEAVE_WITHIN
+        } else {
+            LEAVE_WITHIN_UNREACHABLE
+        };
+        let (closed, done) = tokio::sync::oneshot::channel();
+        let spawned = thread::Builder::new()
+            .name("kafka-leave".into())
+            .spawn(move || {
+                self.close();
+                let _ = closed.send(());
+            });
+        if spawned.is_err() {
+            return false;
+        }
+        matches!(tokio::time::timeout(within, done).await, Ok(Ok(())))
+    }
+}
+
 /// Whether a member has joined its group and its brokers answer (see [`Consumer::group_health`]).
 #[derive(Clone)]
 pub struct GroupHealth {
