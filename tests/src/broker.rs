@@ -30,6 +30,11 @@ impl TestBroker {
         }
     }
 
+    /// Whether this is librdkafka's mock cluster (not a broker `TEST_KAFKA_BROKERS` names).
+    pub fn is_local(&self) -> bool {
+        matches!(self, Self::Local(_))
+    }
+
     pub fn bootstrap(&self) -> &str {
         match self {
             Self::Local(broker) => broker.bootstrap(),
