@@ -739,3 +739,77 @@ async fn after_a_sigkill_of_one_of_three_hosts_every_partition_commits_again_wit
         hosts[2].log()
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn in_a_storm_of_20_joins_and_leaves_over_60_s_no_partition_waits_more_than_30_s_during_it_or_15_s_after(
+) {
+    const PARTITIONS: i32 = 6;
+    const CHANGES: usize = 20;
+    const EVERY: Duration = Duration::from_secs(3);
+    const PER_CHUNK: i64 = 30;
+    let stage = Stage::new(PARTITIONS).await;
+    let billing = plugin("billing");
+    let mut hosts: std::collections::VecDeque<Host> =
+        (0..3).map(|_| stage.spawn_host(&billing, &[])).collect();
+    for host in &hosts {
+        wait_ready(host).await;
+    }
+    // Orders arrive all along: a chunk every 500 ms through the storm and 20 s past it.
+    let chunks = (CHANGES as i64 * 6) + 40;
+    let records: Vec<Vec<_>> = (0..chunks)
+        .map(|c| {
+            (c * PER_CHUNK..(c + 1) * PER_CHUNK)
+                .map(|n| stage.order(&format!("order-{n}"), n))
+                .collect()
+        })
+        .collect();
+    let bootstrap = stage.broker.bootstrap().to_string();
+    let producing = tokio::spawn(async move {
+        for chunk in records {
+            kafka::produce(&bootstrap, &chunk).await.expect("produce");
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    });
+    let watch = |stop: &Arc<AtomicBool>| {
+        tokio::spawn(watch_stalls(
+            stage.broker.bootstrap().to_string(),
+            stage.group.clone(),
+            stage.topic.clone(),
+            PARTITIONS,
+            Arc::default(),
+            stop.clone(),
+        ))
+    };
+    let storming = Arc::new(AtomicBool::new(false));
+    let during = watch(&storming);
+    // The storm: a host joins, then the longest-running one leaves (SIGTERM),
+    // one change every 3 s, between three and four hosts in the group.
+    for change in 0..CHANGES {
+        let started = Instant::now();
+        if change % 2 == 0 {
+            hosts.push_back(stage.spawn_host(&billing, &[]));
+        } else {
+            let mut leaving = hosts.pop_front().expect("a host");
+            assert!(leaving.stop(), "a leaving host exits 0:\n{}", leaving.log());
+        }
+        tokio::time::sleep(EVERY.saturating_sub(started.elapsed())).await;
+    }
+    storming.store(true, Ordering::SeqCst);
+    let settled = Arc::new(AtomicBool::new(false));
+    let after = watch(&settled);
+    producing.await.expect("producer");
+    let total = chunks * PER_CHUNK;
+    wait_until("every order handled and committed", LONG, || async {
+        stage.committed_total(PARTITIONS).await == total
+    })
+    .await;
+    settled.store(true, Ordering::SeqCst);
+    let (during_worst, during_all) = during.await.expect("watcher");
+    let (after_worst, after_all) = after.await.expect("watcher");
+    eprintln!(
+        "longest time without a commit with records waiting: during the storm {during_worst:?} (all {during_all:?}); after it {after_worst:?} (all {after_all:?})"
+    );
+    assert_eq!(stage.db.count("SELECT count(*) FROM invoices").await, total);
+    assert!(during_all <= Duration::from_secs(30), "during the storm: {during_all:?}");
+    assert!(after_all <= Duration::from_secs(15), "after the storm: {after_all:?}");
+}
