@@ -813,3 +813,52 @@ async fn in_a_storm_of_20_joins_and_leaves_over_60_s_no_partition_waits_more_tha
     assert!(during_all <= Duration::from_secs(30), "during the storm: {during_all:?}");
     assert!(after_all <= Duration::from_secs(15), "after the storm: {after_all:?}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sigterm_during_a_slow_batch_abandons_it_after_the_revoke_grace_and_its_record_comes_again() {
+    let stage = Stage::new(1).await;
+    stage
+        .db
+        .execute(
+            "CREATE TABLE gate (n int); INSERT INTO gate VALUES (0);
+             GRANT SELECT, UPDATE ON gate TO inbox_guest",
+        )
+        .await;
+    let bump = "UPDATE gate SET n = n + 1";
+    stage.produce(vec![stage.record("slow", Some(0), bump)]).await;
+    // The record waits for a row lock this test holds (up to 9 s).
+    let mut holding = stage.db.pool.begin().await.expect("begin");
+    sqlx::query("UPDATE gate SET n = n")
+        .execute(&mut *holding)
+        .await
+        .expect("the row lock");
+    let sql_runner = plugin("sql-runner");
+    let flags = ["--revoke-grace-ms", "1000", "--lock-timeout-ms", "9000"];
+    let mut host = stage.spawn_host(&sql_runner, &flags);
+    wait_until("the slow record waiting for the lock", LONG, || async {
+        stage
+            .db
+            .count("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%UPDATE gate SET n = n + 1%'")
+            .await
+            == 1
+    })
+    .await;
+    let asked = Instant::now();
+    assert!(host.stop(), "exit 0:\n{}", host.log());
+    let took = asked.elapsed();
+    eprintln!("exited {took:?} after SIGTERM, mid-batch");
+    let log = host.log();
+    assert!(took < Duration::from_secs(5), "took {took:?} (the batch waits up to 9 s):\n{log}");
+    assert!(log.contains("abandoned"), "{log}");
+    holding.rollback().await.expect("release the lock");
+    assert_eq!(stage.committed(0).await.unwrap_or(0), 0, "no offset past the abandoned record");
+    assert_eq!(stage.db.count("SELECT n::bigint FROM gate").await, 0, "nothing of it committed");
+
+    // It comes again to the next host, and is handled once.
+    let _next = stage.spawn_host(&sql_runner, &flags);
+    wait_until("the record done", LONG, || async {
+        stage.committed(0).await == Some(1)
+    })
+    .await;
+    assert_eq!(stage.db.count("SELECT n::bigint FROM gate").await, 1);
+}

@@ -240,6 +240,10 @@ impl RunSettings {
                 args.http_concurrency == 0 || args.http_timeout_ms == 0,
                 "--http-concurrency and --http-timeout-ms must be at least 1",
             ),
+            (
+                args.revoke_grace_ms + kafka::REVOKE_MARGIN_MS >= max_poll_interval_ms(&args.kafka_opts),
+                "--revoke-grace-ms must be less than max.poll.interval.ms (10000, or as --kafka-opt sets it) less a second: the coordinator waits no longer for a member to rejoin a rebalance",
+            ),
         ];
         let millis = [
             ("--lock-timeout-ms", args.lock_timeout_ms),
@@ -289,7 +293,7 @@ impl RunSettings {
                 topics,
                 id_sources,
                 extra,
-                revoke_grace: kafka::DEFAULT_REVOKE_GRACE,
+                revoke_grace: Duration::from_millis(args.revoke_grace_ms),
             },
             runner: RunnerSettings {
                 group,
@@ -394,6 +398,19 @@ pub fn default_worker_id() -> String {
 }
 
 /// `--kafka-opt key=value` options as pairs, or what is wrong with each bad one.
+/// `max.poll.interval.ms` as the member will have it: the host's, or the one
+/// `--kafka-opt` sets.
+fn max_poll_interval_ms(kafka_opts: &[String]) -> u64 {
+    kafka_options(kafka_opts)
+        .ok()
+        .and_then(|opts| {
+            opts.into_iter()
+                .find(|(k, _)| k == "max.poll.interval.ms")
+                .and_then(|(_, v)| v.parse().ok())
+        })
+        .unwrap_or(kafka::MAX_POLL_INTERVAL_MS)
+}
+
 pub(crate) fn kafka_options(options: &[String]) -> Result<Vec<(String, String)>, Vec<String>> {
     let (mut pairs, mut bad) = (Vec::new(), Vec::new());
     for option in options.iter().filter(|o| !o.trim().is_empty()) {

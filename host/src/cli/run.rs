@@ -87,6 +87,13 @@ pub struct RunArgs {
     /// How long a partition's worker waits for more records to fill a batch, in ms.
     #[arg(long, env = "INBOX_BATCH_LINGER_MS", default_value_t = 5)]
     pub batch_linger_ms: u64,
+    /// How long a revoked partition's batch (or, on SIGTERM, any batch) may
+    /// still run, in ms; past it the batch is abandoned (its transaction rolls
+    /// back, its records come again to the partition's next owner) so the
+    /// rebalance or the exit does not wait for a slow handler. Less than
+    /// `max.poll.interval.ms` (10000) less a second.
+    #[arg(long, env = "INBOX_REVOKE_GRACE_MS", default_value_t = 5000)]
+    pub revoke_grace_ms: u64,
     /// Most batches in flight at once across partitions (default: the pool size).
     #[arg(long, env = "INBOX_CONCURRENCY")]
     pub concurrency: Option<usize>,

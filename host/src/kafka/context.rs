@@ -24,6 +24,8 @@ pub(super) struct Assignment {
     pub queue: PartitionQueue<GroupContext>,
     pub consumer: Arc<BaseConsumer<GroupContext>>,
     pub stop: watch::Receiver<bool>,
+    /// How long the worker's batch may go on once stopped.
+    pub grace: Duration,
     /// Dropped when the worker lets go of the partition.
     pub holding: sync_mpsc::SyncSender<()>,
 }
@@ -154,6 +156,7 @@ impl GroupContext {
                 queue,
                 consumer: consumer.clone(),
                 stop: stopped,
+                grace: self.revoke_grace,
                 holding,
             };
             handoffs.insert((topic, partition), Handoff { stop, released });
@@ -172,7 +175,8 @@ impl GroupContext {
         for handoff in &revoked {
             let _ = handoff.stop.send(true);
         }
-        let deadline = Instant::now() + self.revoke_grace;
+        let deadline =
+            Instant::now() + self.revoke_grace + Duration::from_millis(super::REVOKE_MARGIN_MS);
         let mut late = 0;
         for handoff in revoked {
             let left = deadline.saturating_duration_since(Instant::now());
@@ -184,7 +188,7 @@ impl GroupContext {
             tracing::warn!(
                 late,
                 grace_ms = self.revoke_grace.as_millis() as u64,
-                "revoked partitions handed over before their workers finished; their last records come again and the inbox finds those already handled"
+                "revoked partitions handed over before their workers let go; their last records come again and the inbox finds those already handled"
             );
         }
     }

@@ -33,7 +33,7 @@ pub use publisher::{check_topic_name, Publication, Publisher};
 pub use record::{Record, RecordHeader};
 pub use settings::{
     check_config, check_extra, ConsumerSettings, DEFAULT_REVOKE_GRACE, MAX_POLL_INTERVAL_MS,
-    OWNED_PROPERTIES, SESSION_TIMEOUT_MS,
+    OWNED_PROPERTIES, REVOKE_MARGIN_MS, SESSION_TIMEOUT_MS,
 };
 pub use snapshot::{read_recent, Start};
 

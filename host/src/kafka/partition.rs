@@ -22,6 +22,7 @@ pub struct PartitionStream {
     consumer: Arc<BaseConsumer<GroupContext>>,
     arrived: Arc<Notify>,
     stop: watch::Receiver<bool>,
+    grace: Duration,
     ids: Arc<IdSources>,
     warned_coordinates: Arc<Mutex<HashSet<String>>>,
     /// Dropped with the stream: tells a waiting rebalance the worker let go.
@@ -42,6 +43,7 @@ impl PartitionStream {
             mut queue,
             consumer,
             stop,
+            grace,
             holding,
         } = assignment;
         let arrived = Arc::new(Notify::new());
@@ -53,6 +55,7 @@ impl PartitionStream {
             consumer,
             arrived,
             stop,
+            grace,
             ids,
             warned_coordinates,
             _holding: holding,
@@ -85,6 +88,13 @@ impl PartitionStream {
     /// Resolves once the partition is revoked or the member is closing.
     pub async fn stopped(&mut self) {
         let _ = self.stop.wait_for(|stop| *stop).await;
+    }
+
+    /// Resolves the revoke grace after the partition was revoked or the member
+    /// began closing: past it, a batch still running is to be abandoned.
+    pub async fn past_grace(&mut self) {
+        self.stopped().await;
+        tokio::time::sleep(self.grace).await;
     }
 
     /// The next record, waiting for one to arrive; `None` once stopped.

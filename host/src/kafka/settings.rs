@@ -26,6 +26,11 @@ pub struct ConsumerSettings {
 /// How long a rebalance waits, by default, for a revoked partition's batch.
 pub const DEFAULT_REVOKE_GRACE: Duration = Duration::from_secs(5);
 
+/// How much longer than the grace a rebalance waits for a worker to let go:
+/// a worker abandons its batch at the grace, and the margin lets its stored
+/// offset land in the commit on revoke.
+pub const REVOKE_MARGIN_MS: u64 = 1_000;
+
 /// librdkafka properties the host sets itself because its guarantees rest on
 /// them, with what to use instead.
 pub const OWNED_PROPERTIES: &[(&str, &str)] = &[

@@ -287,7 +287,25 @@ impl<S: HandlerSource> Worker<S> {
         let started = std::time::Instant::now();
         let messages: Vec<&Message> = self.pending.range(..n).map(|p| &p.message).collect();
         failpoint::check(&messages);
-        let outcomes = shared.runner.process_batch(&messages, &*handler).await;
+        // Revoked (or the host stopping) and still running past the grace:
+        // abandoned, so the rebalance or the exit does not wait for it. Its
+        // transaction rolls back as it is dropped; nothing of it was
+        // acknowledged, and its records come again to the partition's next
+        // owner, which finds in the inbox whatever did commit.
+        let outcomes = tokio::select! {
+            biased;
+            outcomes = shared.runner.process_batch(&messages, &*handler) => outcomes,
+            () = self.stream.past_grace() => {
+                tracing::warn!(
+                    topic = self.stream.topic(),
+                    partition = self.stream.partition(),
+                    records = n,
+                    from_offset = messages[0].offset,
+                    "a batch still running past the revoke grace (--revoke-grace-ms) was abandoned; its records come again to the partition's next owner"
+                );
+                return (0, None);
+            }
+        };
         self.committed = outcomes.iter().take_while(|o| o.committed()).count();
         failpoint::after_commit(&messages);
         if let Some(metrics) = &shared.metrics {
