@@ -21,7 +21,7 @@ mod settings;
 mod snapshot;
 
 pub use admin::{create_topic, delete_topics, refused_credentials, topic_retention, uses_sasl};
-pub use consumer::{Consumer, GroupHealth};
+pub use consumer::{Consumer, GroupHealth, LEAVE_WITHIN, LEAVE_WITHIN_UNREACHABLE};
 pub use error::{KafkaError, KafkaResult};
 pub use membership::{CoordinatorView, NOTICE_AFTER, REJOIN_AFTER};
 pub use message_id::{IdSource, IdSources};

@@ -6,9 +6,9 @@
 use std::time::Duration;
 
 use super::Worker;
-use crate::app::consume::{decide, failpoint};
 use crate::app::consume::pending::Aside;
 use crate::app::consume::source::HandlerSource;
+use crate::app::consume::{decide, failpoint};
 use crate::inbox::{self, DeadLetter, FailureKind, Outcome};
 
 impl<S: HandlerSource> Worker<S> {

@@ -114,7 +114,10 @@ impl<S: HandlerSource> Worker<S> {
     /// a rebalance or a restart of the host.
     pub async fn run(mut self) {
         loop {
-            match AssertUnwindSafe(self.work_recovering()).catch_unwind().await {
+            match AssertUnwindSafe(self.work_recovering())
+                .catch_unwind()
+                .await
+            {
                 Ok(()) => return,
                 Err(panic) => {
                     let delay = self.restart(&crate::panics::text(&*panic));
