@@ -902,3 +902,95 @@ async fn sigterm_during_a_slow_batch_abandons_it_after_the_revoke_grace_and_its_
     .await;
     assert_eq!(stage.db.count("SELECT n::bigint FROM gate").await, 1);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_revoked_partitions_slow_batch_is_abandoned_after_the_grace_and_its_record_handled_by_the_new_owner(
+) {
+    let stage = Stage::new(2).await;
+    stage
+        .db
+        .execute(
+            "CREATE TABLE gate (n int); INSERT INTO gate VALUES (0);
+             GRANT SELECT, UPDATE ON gate TO inbox_guest",
+        )
+        .await;
+    let bump = "UPDATE gate SET n = n + 1";
+    stage
+        .produce(vec![
+            stage.record("on-0", Some(0), bump),
+            stage.record("on-1", Some(1), bump),
+        ])
+        .await;
+    // Both records wait for a row lock this test holds, one batch on each partition.
+    let mut holding = stage.db.pool.begin().await.expect("begin");
+    sqlx::query("UPDATE gate SET n = n")
+        .execute(&mut *holding)
+        .await
+        .expect("the row lock");
+    let sql_runner = plugin("sql-runner");
+    let flags = |id: &'static str| {
+        [
+            "--worker-id",
+            id,
+            "--revoke-grace-ms",
+            "1000",
+            "--lock-timeout-ms",
+            "25000",
+            "--statement-timeout-ms",
+            "30000",
+            "--transaction-timeout-ms",
+            "40000",
+        ]
+    };
+    let first = stage.spawn_host(&sql_runner, &flags("first"));
+    wait_until("both batches waiting for the lock", LONG, || async {
+        stage
+            .db
+            .count("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%UPDATE gate SET n = n + 1%'")
+            .await
+            == 2
+    })
+    .await;
+    // A second host joins: one partition moves to it, its batch still waiting.
+    let second = stage.spawn_host(&sql_runner, &flags("second"));
+    wait_until("the moved partition's batch abandoned", LONG, || async {
+        first.log().contains("abandoned")
+    })
+    .await;
+    holding.rollback().await.expect("release the lock");
+    wait_until("both records committed", LONG, || async {
+        stage.committed_per_partition(2).await == vec![1, 1]
+    })
+    .await;
+
+    assert_eq!(
+        stage.db.count("SELECT n::bigint FROM gate").await,
+        2,
+        "each record once"
+    );
+    let handled_by: Vec<(String, String)> = sqlx::query_as(
+        "SELECT message_id, worker_id FROM inbox_host.inbox WHERE consumer_group = $1 ORDER BY message_id",
+    )
+    .bind(&stage.group)
+    .fetch_all(&stage.db.pool)
+    .await
+    .expect("inbox rows");
+    let moved = assigned_after(&second.log(), chrono::DateTime::UNIX_EPOCH)
+        .first()
+        .map(|(p, _)| format!("on-{p}"))
+        .expect("the second host was assigned a partition");
+    assert!(
+        handled_by
+            .iter()
+            .any(|(id, worker)| *id == moved && worker == "second"),
+        "the abandoned batch's record was handled by the partition's new owner: {handled_by:?}\n{}",
+        first.log()
+    );
+    assert!(
+        !first
+            .log()
+            .contains("handed over before their workers let go"),
+        "the rebalance did not wait out its bound:\n{}",
+        first.log()
+    );
+}
