@@ -619,6 +619,22 @@ async fn under_a_churn_of_kills_and_starts_every_partition_with_waiting_work_com
 /// all have), in `rd_kafka_mock_cgrp_classic_rebalance`.
 const MOCK_REJOIN_WAIT: Duration = Duration::from_millis(kafka::SESSION_TIMEOUT_MS - 1_000);
 
+/// When a line of a host's log containing `needle` first came after `since`.
+fn logged_after(
+    log: &str,
+    needle: &str,
+    since: chrono::DateTime<chrono::Utc>,
+) -> Vec<chrono::DateTime<chrono::Utc>> {
+    log.lines()
+        .filter(|line| line.contains(needle))
+        .filter_map(|line| {
+            chrono::DateTime::parse_from_rfc3339(line.split_whitespace().next()?).ok()
+        })
+        .map(|at| at.with_timezone(&chrono::Utc))
+        .filter(|at| *at > since)
+        .collect()
+}
+
 /// When each partition was assigned, from the "partitions assigned" lines of a
 /// host's log, after `since`.
 fn assigned_after(
@@ -651,7 +667,11 @@ async fn after_a_sigkill_of_one_of_three_hosts_every_partition_commits_again_wit
     const PER_CHUNK: i64 = 40;
     let stage = Stage::new(PARTITIONS).await;
     let billing = plugin("billing");
-    let mut hosts: Vec<Host> = (0..3).map(|_| stage.spawn_host(&billing, &[])).collect();
+    // librdkafka's group debug log, for the breakdown of the rebalance.
+    let debug = [("RUST_LOG", "info,librdkafka=debug")];
+    let mut hosts: Vec<Host> = (0..3)
+        .map(|_| stage.spawn_host_with_env(&billing, &["--kafka-opt", "debug=cgrp"], &debug))
+        .collect();
     for host in &hosts {
         wait_ready(host).await;
     }
@@ -723,6 +743,24 @@ async fn after_a_sigkill_of_one_of_three_hosts_every_partition_commits_again_wit
     // (the session timeout, the rebalance, up to the assignment to a survivor)
     // and the host's (the assignment to the first commit).
     let seconds = |d: chrono::TimeDelta| d.num_milliseconds() as f64 / 1000.0;
+    for (n, survivor) in hosts[1..].iter().enumerate() {
+        let log = survivor.log();
+        let at = |needle: &str| logged_after(&log, needle, killed);
+        let heard = at("heartbeat error response").first().copied();
+        let joins = at("JoinGroup response");
+        let syncs = at("SyncGroup response: Success");
+        let after_kill =
+            |t: Option<&chrono::DateTime<chrono::Utc>>| t.map(|t| seconds(*t - killed));
+        eprintln!(
+            "survivor {n}: heard of the rebalance {:?} s after the kill; JoinGroup answered {} times (first {:?} s, last {:?} s); SyncGroup succeeded {} times (last {:?} s)",
+            heard.map(|t| seconds(t - killed)),
+            joins.len(),
+            after_kill(joins.first()),
+            after_kill(joins.last()),
+            syncs.len(),
+            after_kill(syncs.last()),
+        );
+    }
     let mut host_share = Duration::ZERO;
     for (partition, assigned) in hosts[1..]
         .iter()
