@@ -497,6 +497,45 @@ async fn sigterm_with_the_broker_unreachable_exits_0_within_5_s_and_loses_nothin
 /// How long a killed member keeps its partitions: the host's session timeout.
 const SESSION_TIMEOUT: Duration = Duration::from_millis(kafka::SESSION_TIMEOUT_MS);
 
+/// Times at which a test killed a member.
+type Kills = Arc<std::sync::Mutex<Vec<Instant>>>;
+
+/// [`watch_stalls`] of `stage`'s group, on a task of its own.
+fn watch(
+    stage: &Stage,
+    partitions: i32,
+    kills: Kills,
+    stop: &Arc<AtomicBool>,
+) -> tokio::task::JoinHandle<(Vec<Duration>, Duration)> {
+    tokio::spawn(watch_stalls(
+        stage.broker.bootstrap().to_string(),
+        stage.group.clone(),
+        stage.topic.clone(),
+        partitions,
+        kills,
+        stop.clone(),
+    ))
+}
+
+/// Produces `chunks` chunks of `per_chunk` orders (`order-0`, `order-1`, …),
+/// one every 500 ms, on a task of its own: work arriving all along.
+fn produce_all_along(stage: &Stage, chunks: i64, per_chunk: i64) -> tokio::task::JoinHandle<()> {
+    let records: Vec<Vec<_>> = (0..chunks)
+        .map(|c| {
+            (c * per_chunk..(c + 1) * per_chunk)
+                .map(|n| stage.order(&format!("order-{n}"), n))
+                .collect()
+        })
+        .collect();
+    let bootstrap = stage.broker.bootstrap().to_string();
+    tokio::spawn(async move {
+        for chunk in records {
+            kafka::produce(&bootstrap, &chunk).await.expect("produce");
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    })
+}
+
 /// For each partition, the longest time it went with records waiting and no
 /// commit, not counting time inside a killed member's session timeout (no one
 /// may take its partitions then), and the longest such time of the whole
@@ -506,7 +545,7 @@ async fn watch_stalls(
     group: String,
     topic: String,
     partitions: i32,
-    kills: Arc<std::sync::Mutex<Vec<Instant>>>,
+    kills: Kills,
     stop: Arc<AtomicBool>,
 ) -> (Vec<Duration>, Duration) {
     let mut last = vec![(0i64, Instant::now()); partitions as usize];
@@ -560,14 +599,7 @@ async fn under_a_churn_of_kills_and_starts_every_partition_with_waiting_work_com
     }
     let stop = Arc::new(AtomicBool::new(false));
     let kills = Arc::new(std::sync::Mutex::new(Vec::new()));
-    let watcher = tokio::spawn(watch_stalls(
-        stage.broker.bootstrap().to_string(),
-        stage.group.clone(),
-        stage.topic.clone(),
-        PARTITIONS,
-        kills.clone(),
-        stop.clone(),
-    ));
+    let watcher = watch(&stage, PARTITIONS, kills.clone(), &stop);
     let mut produced = 0;
     // The faults themselves: a host killed (SIGKILL) and a new one started
     // every 3.5 s, with orders arriving all along.
@@ -619,7 +651,13 @@ async fn under_a_churn_of_kills_and_starts_every_partition_with_waiting_work_com
 /// all have), in `rd_kafka_mock_cgrp_classic_rebalance`.
 const MOCK_REJOIN_WAIT: Duration = Duration::from_millis(kafka::SESSION_TIMEOUT_MS - 1_000);
 
-/// When a line of a host's log containing `needle` first came after `since`.
+/// When a line of a host's log was written (its leading timestamp).
+fn logged_at(line: &str) -> Option<chrono::DateTime<chrono::Utc>> {
+    let at = chrono::DateTime::parse_from_rfc3339(line.split_whitespace().next()?).ok()?;
+    Some(at.with_timezone(&chrono::Utc))
+}
+
+/// When the lines of a host's log containing `needle` were written, after `since`.
 fn logged_after(
     log: &str,
     needle: &str,
@@ -627,10 +665,7 @@ fn logged_after(
 ) -> Vec<chrono::DateTime<chrono::Utc>> {
     log.lines()
         .filter(|line| line.contains(needle))
-        .filter_map(|line| {
-            chrono::DateTime::parse_from_rfc3339(line.split_whitespace().next()?).ok()
-        })
-        .map(|at| at.with_timezone(&chrono::Utc))
+        .filter_map(logged_at)
         .filter(|at| *at > since)
         .collect()
 }
@@ -644,8 +679,7 @@ fn assigned_after(
     log.lines()
         .filter(|line| line.contains("partitions assigned"))
         .filter_map(|line| {
-            let at = chrono::DateTime::parse_from_rfc3339(line.split_whitespace().next()?).ok()?;
-            let at = at.with_timezone(&chrono::Utc);
+            let at = logged_at(line)?;
             let list = line.split_once("partitions=")?.1;
             Some(
                 list.split(')')
@@ -677,20 +711,7 @@ async fn after_a_sigkill_of_one_of_three_hosts_every_partition_commits_again_wit
     }
     // Orders arrive all along (a chunk every 500 ms for 30 s), so every
     // partition has waiting work before, during and after the fault.
-    let chunks: Vec<Vec<_>> = (0..CHUNKS)
-        .map(|c| {
-            (c * PER_CHUNK..(c + 1) * PER_CHUNK)
-                .map(|n| stage.order(&format!("order-{n}"), n))
-                .collect()
-        })
-        .collect();
-    let bootstrap = stage.broker.bootstrap().to_string();
-    let producing = tokio::spawn(async move {
-        for chunk in chunks {
-            kafka::produce(&bootstrap, &chunk).await.expect("produce");
-            tokio::time::sleep(Duration::from_millis(500)).await;
-        }
-    });
+    let producing = produce_all_along(&stage, CHUNKS, PER_CHUNK);
     wait_until("every partition committing", LONG, || async {
         stage
             .committed_per_partition(PARTITIONS)
@@ -700,14 +721,7 @@ async fn after_a_sigkill_of_one_of_three_hosts_every_partition_commits_again_wit
     })
     .await;
     let stop = Arc::new(AtomicBool::new(false));
-    let watcher = tokio::spawn(watch_stalls(
-        stage.broker.bootstrap().to_string(),
-        stage.group.clone(),
-        stage.topic.clone(),
-        PARTITIONS,
-        Arc::default(),
-        stop.clone(),
-    ));
+    let watcher = watch(&stage, PARTITIONS, Arc::default(), &stop);
     tokio::time::sleep(Duration::from_secs(3)).await;
     hosts[0].kill_hard();
     let killed = chrono::Utc::now();
@@ -814,32 +828,9 @@ async fn in_a_storm_of_20_joins_and_leaves_over_60_s_no_partition_waits_more_tha
     }
     // Orders arrive all along: a chunk every 500 ms through the storm and 20 s past it.
     let chunks = (CHANGES as i64 * 6) + 40;
-    let records: Vec<Vec<_>> = (0..chunks)
-        .map(|c| {
-            (c * PER_CHUNK..(c + 1) * PER_CHUNK)
-                .map(|n| stage.order(&format!("order-{n}"), n))
-                .collect()
-        })
-        .collect();
-    let bootstrap = stage.broker.bootstrap().to_string();
-    let producing = tokio::spawn(async move {
-        for chunk in records {
-            kafka::produce(&bootstrap, &chunk).await.expect("produce");
-            tokio::time::sleep(Duration::from_millis(500)).await;
-        }
-    });
-    let watch = |stop: &Arc<AtomicBool>| {
-        tokio::spawn(watch_stalls(
-            stage.broker.bootstrap().to_string(),
-            stage.group.clone(),
-            stage.topic.clone(),
-            PARTITIONS,
-            Arc::default(),
-            stop.clone(),
-        ))
-    };
+    let producing = produce_all_along(&stage, chunks, PER_CHUNK);
     let storming = Arc::new(AtomicBool::new(false));
-    let during = watch(&storming);
+    let during = watch(&stage, PARTITIONS, Arc::default(), &storming);
     // The storm: a host joins, then the longest-running one leaves (SIGTERM),
     // one change every 3 s, between three and four hosts in the group.
     for change in 0..CHANGES {
@@ -854,7 +845,7 @@ async fn in_a_storm_of_20_joins_and_leaves_over_60_s_no_partition_waits_more_tha
     }
     storming.store(true, Ordering::SeqCst);
     let settled = Arc::new(AtomicBool::new(false));
-    let after = watch(&settled);
+    let after = watch(&stage, PARTITIONS, Arc::default(), &settled);
     producing.await.expect("producer");
     let total = chunks * PER_CHUNK;
     wait_until("every order handled and committed", LONG, || async {
@@ -878,10 +869,11 @@ async fn in_a_storm_of_20_joins_and_leaves_over_60_s_no_partition_waits_more_tha
     );
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn sigterm_during_a_slow_batch_abandons_it_after_the_revoke_grace_and_its_record_comes_again()
-{
-    let stage = Stage::new(1).await;
+/// A guest's statement that waits while a test holds the gate's row lock.
+const BUMP: &str = "UPDATE gate SET n = n + 1";
+
+/// The `gate` table: one row, whose lock a test holds to keep a batch in flight.
+async fn gate_table(stage: &Stage) {
     stage
         .db
         .execute(
@@ -889,25 +881,48 @@ async fn sigterm_during_a_slow_batch_abandons_it_after_the_revoke_grace_and_its_
              GRANT SELECT, UPDATE ON gate TO inbox_guest",
         )
         .await;
-    let bump = "UPDATE gate SET n = n + 1";
-    stage
-        .produce(vec![stage.record("slow", Some(0), bump)])
-        .await;
-    // The record waits for a row lock this test holds (up to 9 s).
+}
+
+/// Takes the gate's row lock, held until the transaction ends.
+async fn hold_gate(stage: &Stage) -> sqlx::Transaction<'static, sqlx::Postgres> {
     let mut holding = stage.db.pool.begin().await.expect("begin");
     sqlx::query("UPDATE gate SET n = n")
         .execute(&mut *holding)
         .await
         .expect("the row lock");
+    holding
+}
+
+/// Guest statements waiting for the gate's row lock.
+async fn waiting_at_gate(stage: &Stage) -> i64 {
+    stage
+        .db
+        .count(&format!(
+            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%{BUMP}%'"
+        ))
+        .await
+}
+
+/// How many times the gate's row was bumped, as committed.
+async fn gate_count(stage: &Stage) -> i64 {
+    stage.db.count("SELECT n::bigint FROM gate").await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sigterm_during_a_slow_batch_abandons_it_after_the_revoke_grace_and_its_record_comes_again()
+{
+    let stage = Stage::new(1).await;
+    gate_table(&stage).await;
+    stage
+        .produce(vec![stage.record("slow", Some(0), BUMP)])
+        .await;
+    // The record waits for a row lock this test holds (up to 9 s).
+    let holding = hold_gate(&stage).await;
     let sql_runner = plugin("sql-runner");
     let flags = ["--revoke-grace-ms", "1000", "--lock-timeout-ms", "9000"];
     let mut host = stage.spawn_host(&sql_runner, &flags);
     wait_until("the slow record waiting for the lock", LONG, || async {
-        stage
-            .db
-            .count("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%UPDATE gate SET n = n + 1%'")
-            .await
-            == 1
+        waiting_at_gate(&stage).await == 1
     })
     .await;
     let asked = Instant::now();
@@ -926,11 +941,7 @@ async fn sigterm_during_a_slow_batch_abandons_it_after_the_revoke_grace_and_its_
         0,
         "no offset past the abandoned record"
     );
-    assert_eq!(
-        stage.db.count("SELECT n::bigint FROM gate").await,
-        0,
-        "nothing of it committed"
-    );
+    assert_eq!(gate_count(&stage).await, 0, "nothing of it committed");
 
     // It comes again to the next host, and is handled once.
     let _next = stage.spawn_host(&sql_runner, &flags);
@@ -938,33 +949,22 @@ async fn sigterm_during_a_slow_batch_abandons_it_after_the_revoke_grace_and_its_
         stage.committed(0).await == Some(1)
     })
     .await;
-    assert_eq!(stage.db.count("SELECT n::bigint FROM gate").await, 1);
+    assert_eq!(gate_count(&stage).await, 1);
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_revoked_partitions_slow_batch_is_abandoned_after_the_grace_and_its_record_handled_by_the_new_owner(
 ) {
     let stage = Stage::new(2).await;
-    stage
-        .db
-        .execute(
-            "CREATE TABLE gate (n int); INSERT INTO gate VALUES (0);
-             GRANT SELECT, UPDATE ON gate TO inbox_guest",
-        )
-        .await;
-    let bump = "UPDATE gate SET n = n + 1";
+    gate_table(&stage).await;
     stage
         .produce(vec![
-            stage.record("on-0", Some(0), bump),
-            stage.record("on-1", Some(1), bump),
+            stage.record("on-0", Some(0), BUMP),
+            stage.record("on-1", Some(1), BUMP),
         ])
         .await;
     // Both records wait for a row lock this test holds, one batch on each partition.
-    let mut holding = stage.db.pool.begin().await.expect("begin");
-    sqlx::query("UPDATE gate SET n = n")
-        .execute(&mut *holding)
-        .await
-        .expect("the row lock");
+    let holding = hold_gate(&stage).await;
     let sql_runner = plugin("sql-runner");
     let flags = |id: &'static str| {
         [
@@ -982,11 +982,7 @@ async fn a_revoked_partitions_slow_batch_is_abandoned_after_the_grace_and_its_re
     };
     let first = stage.spawn_host(&sql_runner, &flags("first"));
     wait_until("both batches waiting for the lock", LONG, || async {
-        stage
-            .db
-            .count("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%UPDATE gate SET n = n + 1%'")
-            .await
-            == 2
+        waiting_at_gate(&stage).await == 2
     })
     .await;
     // A second host joins: one partition moves to it, its batch still waiting.
@@ -1001,11 +997,7 @@ async fn a_revoked_partitions_slow_batch_is_abandoned_after_the_grace_and_its_re
     })
     .await;
 
-    assert_eq!(
-        stage.db.count("SELECT n::bigint FROM gate").await,
-        2,
-        "each record once"
-    );
+    assert_eq!(gate_count(&stage).await, 2, "each record once");
     let handled_by: Vec<(String, String)> = sqlx::query_as(
         "SELECT message_id, worker_id FROM inbox_host.inbox WHERE consumer_group = $1 ORDER BY message_id",
     )

@@ -241,7 +241,7 @@ impl RunSettings {
                 "--http-concurrency and --http-timeout-ms must be at least 1",
             ),
             (
-                args.revoke_grace_ms + kafka::REVOKE_MARGIN_MS >= max_poll_interval_ms(&args.kafka_opts),
+                args.revoke_grace_ms + kafka::REVOKE_MARGIN_MS >= max_poll_interval_ms(&extra),
                 "--revoke-grace-ms must be less than max.poll.interval.ms (10000, or as --kafka-opt sets it) less a second: the coordinator waits no longer for a member to rejoin a rebalance",
             ),
         ];
@@ -399,15 +399,12 @@ pub fn default_worker_id() -> String {
 
 /// `--kafka-opt key=value` options as pairs, or what is wrong with each bad one.
 /// `max.poll.interval.ms` as the member will have it: the host's, or the one
-/// `--kafka-opt` sets.
-fn max_poll_interval_ms(kafka_opts: &[String]) -> u64 {
-    kafka_options(kafka_opts)
-        .ok()
-        .and_then(|opts| {
-            opts.into_iter()
-                .find(|(k, _)| k == "max.poll.interval.ms")
-                .and_then(|(_, v)| v.parse().ok())
-        })
+/// `--kafka-opt` sets (`extra`, as parsed).
+fn max_poll_interval_ms(extra: &[(String, String)]) -> u64 {
+    extra
+        .iter()
+        .find(|(k, _)| k == "max.poll.interval.ms")
+        .and_then(|(_, v)| v.parse().ok())
         .unwrap_or(kafka::MAX_POLL_INTERVAL_MS)
 }
 

@@ -90,6 +90,15 @@ impl PartitionStream {
         let _ = self.stop.wait_for(|stop| *stop).await;
     }
 
+    /// Waits `delay`, or less if the partition is revoked or the member closes
+    /// first; returns whether it was stopped.
+    pub async fn stopped_within(&mut self, delay: Duration) -> bool {
+        tokio::select! {
+            () = tokio::time::sleep(delay) => false,
+            () = self.stopped() => true,
+        }
+    }
+
     /// Resolves the revoke grace after the partition was revoked or the member
     /// began closing: past it, a batch still running is to be abandoned.
     pub async fn past_grace(&mut self) {

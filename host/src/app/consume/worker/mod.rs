@@ -121,9 +121,8 @@ impl<S: HandlerSource> Worker<S> {
                 Ok(()) => return,
                 Err(panic) => {
                     let delay = self.restart(&crate::panics::text(&*panic));
-                    tokio::select! {
-                        () = tokio::time::sleep(delay) => {}
-                        () = self.stream.stopped() => return,
+                    if self.stream.stopped_within(delay).await {
+                        return;
                     }
                 }
             }
@@ -136,9 +135,8 @@ impl<S: HandlerSource> Worker<S> {
                 Ok(()) => return,
                 Err(panic) => {
                     if let Some(delay) = self.recover(&crate::panics::text(&*panic)) {
-                        tokio::select! {
-                            () = tokio::time::sleep(delay) => {}
-                            () = self.stream.stopped() => return,
+                        if self.stream.stopped_within(delay).await {
+                            return;
                         }
                     }
                 }
@@ -155,9 +153,8 @@ impl<S: HandlerSource> Worker<S> {
         };
         let max = self.shared.limits.max_outbox_backlog;
         while outbox.backlog_rows.load(Ordering::Relaxed) >= max {
-            tokio::select! {
-                () = tokio::time::sleep(BACKLOG_EVERY) => {}
-                () = self.stream.stopped() => return,
+            if self.stream.stopped_within(BACKLOG_EVERY).await {
+                return;
             }
         }
     }
@@ -187,9 +184,8 @@ impl<S: HandlerSource> Worker<S> {
                 return;
             }
             if let Some(delay) = self.handle_head(want).await {
-                tokio::select! {
-                    () = tokio::time::sleep(delay) => {}
-                    () = self.stream.stopped() => return,
+                if self.stream.stopped_within(delay).await {
+                    return;
                 }
             }
         }
