@@ -14,6 +14,7 @@ mod hot_swap;
 mod inbox_core;
 mod inbox_partitions;
 mod kafka_runner;
+mod key_lanes;
 mod languages;
 mod liveness;
 mod migrations;

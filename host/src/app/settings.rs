@@ -203,6 +203,18 @@ impl RunSettings {
                 "--db-pool-size and --concurrency must be at least 1",
             ),
             (
+                args.key_lanes == 0 || args.key_lanes > MAX_KEY_LANES,
+                "--key-lanes must be at least 1 and at most 1024",
+            ),
+            (
+                args.key_lanes > 1 && args.lane_lookahead < args.key_lanes,
+                "--lane-lookahead must be at least --key-lanes (each lane needs a record ahead to run)",
+            ),
+            (
+                args.key_lanes > 1 && strategy.commits_before(),
+                "--key-lanes above 1 cannot be combined with --strategy at-most-once: it commits a batch's offset before handling, and a lane's batch is not the partition's next records; use exactly-once-inbox (the default) or at-least-once",
+            ),
+            (
                 args.max_fatal_attempts == 0,
                 "--max-fatal-attempts must be at least 1",
             ),
@@ -319,6 +331,8 @@ impl RunSettings {
                 batch_linger: Duration::from_millis(args.batch_linger_ms),
                 concurrency: args.concurrency.unwrap_or(args.db_pool_size as usize),
                 max_outbox_backlog: args.max_outbox_backlog.max(1),
+                key_lanes: args.key_lanes,
+                lane_lookahead: args.lane_lookahead,
             },
             sandbox: SandboxLimits {
                 deadline: Duration::from_millis(args.guest_deadline_ms.max(1)),
@@ -387,6 +401,7 @@ fn days(days: f64) -> Duration {
 const MAX_MILLIS: u64 = i32::MAX as u64;
 const MAX_SECS: u64 = 86_400;
 const MAX_BYTES: usize = 1 << 30;
+const MAX_KEY_LANES: usize = 1_024;
 
 /// `<host name>-<pid>`.
 pub fn default_worker_id() -> String {

@@ -94,7 +94,17 @@ pub struct RunArgs {
     /// `max.poll.interval.ms` (10000) less a second.
     #[arg(long, env = "INBOX_REVOKE_GRACE_MS", default_value_t = 5000)]
     pub revoke_grace_ms: u64,
-    /// Most batches in flight at once across partitions (default: the pool size).
+    /// Lanes per partition: records are dispatched by a hash of their key, each
+    /// lane runs its batches in its own transactions, one key's records in
+    /// offset order; the partition's offset stored is the lowest record not yet
+    /// done (docs/semantics.md, "Key lanes"). 1: one batch after another.
+    #[arg(long, env = "INBOX_KEY_LANES", default_value_t = 1)]
+    pub key_lanes: usize,
+    /// Most records of a partition dispatched to its key lanes and not yet
+    /// done: bounds memory, and what a crash delivers again for the inbox to skip.
+    #[arg(long, env = "INBOX_LANE_LOOKAHEAD", default_value_t = crate::app::DEFAULT_LANE_LOOKAHEAD)]
+    pub lane_lookahead: usize,
+    /// Most batches in flight at once across partitions and lanes (default: the pool size).
     #[arg(long, env = "INBOX_CONCURRENCY")]
     pub concurrency: Option<usize>,
     /// PostgreSQL connections the host keeps.

@@ -25,7 +25,7 @@ pub use consumer::{Consumer, GroupHealth, LEAVE_WITHIN, LEAVE_WITHIN_UNREACHABLE
 pub use error::{KafkaError, KafkaResult};
 pub use membership::{CoordinatorView, NOTICE_AFTER, REJOIN_AFTER};
 pub use message_id::{IdSource, IdSources};
-pub use partition::{PartitionStream, Watermark};
+pub use partition::{PartitionStream, StopSignal, Watermark};
 pub use producer::{
     committed_offset, committed_offsets, high_watermarks, produce, produce_with, OutgoingRecord,
 };

@@ -21,8 +21,7 @@ pub struct PartitionStream {
     queue: PartitionQueue<GroupContext>,
     consumer: Arc<BaseConsumer<GroupContext>>,
     arrived: Arc<Notify>,
-    stop: watch::Receiver<bool>,
-    grace: Duration,
+    signal: StopSignal,
     ids: Arc<IdSources>,
     warned_coordinates: Arc<Mutex<HashSet<String>>>,
     /// Dropped with the stream: tells a waiting rebalance the worker let go.
@@ -54,8 +53,7 @@ impl PartitionStream {
             queue,
             consumer,
             arrived,
-            stop,
-            grace,
+            signal: StopSignal { stop, grace },
             ids,
             warned_coordinates,
             _holding: holding,
@@ -80,30 +78,32 @@ impl PartitionStream {
         }
     }
 
+    /// A handle that tells when this partition stops, for work split off it
+    /// (the key lanes of a partition).
+    pub fn stop_signal(&self) -> StopSignal {
+        self.signal.clone()
+    }
+
     /// Whether the partition was revoked or the member is closing.
     pub fn is_stopped(&self) -> bool {
-        *self.stop.borrow()
+        self.signal.is_stopped()
     }
 
     /// Resolves once the partition is revoked or the member is closing.
     pub async fn stopped(&mut self) {
-        let _ = self.stop.wait_for(|stop| *stop).await;
+        self.signal.stopped().await;
     }
 
     /// Waits `delay`, or less if the partition is revoked or the member closes
     /// first; returns whether it was stopped.
     pub async fn stopped_within(&mut self, delay: Duration) -> bool {
-        tokio::select! {
-            () = tokio::time::sleep(delay) => false,
-            () = self.stopped() => true,
-        }
+        self.signal.stopped_within(delay).await
     }
 
     /// Resolves the revoke grace after the partition was revoked or the member
     /// began closing: past it, a batch still running is to be abandoned.
     pub async fn past_grace(&mut self) {
-        self.stopped().await;
-        tokio::time::sleep(self.grace).await;
+        self.signal.past_grace().await;
     }
 
     /// The next record, waiting for one to arrive; `None` once stopped.
@@ -117,7 +117,7 @@ impl PartitionStream {
             }
             tokio::select! {
                 () = self.arrived.notified() => {}
-                _ = self.stop.changed() => {}
+                _ = self.signal.stop.changed() => {}
             }
         }
     }
@@ -184,6 +184,38 @@ impl PartitionStream {
                 .await
                 .unwrap_or(Err(rdkafka::error::KafkaError::Canceled));
         Ok(committed?)
+    }
+}
+
+/// Tells when a partition stops (revoked, or the member closing), and the
+/// revoke grace after which a batch still running is abandoned.
+#[derive(Clone)]
+pub struct StopSignal {
+    stop: watch::Receiver<bool>,
+    grace: Duration,
+}
+
+impl StopSignal {
+    pub fn is_stopped(&self) -> bool {
+        *self.stop.borrow()
+    }
+
+    pub async fn stopped(&mut self) {
+        let _ = self.stop.wait_for(|stop| *stop).await;
+    }
+
+    /// Waits `delay`, or less if stopped first; returns whether it was stopped.
+    pub async fn stopped_within(&mut self, delay: Duration) -> bool {
+        tokio::select! {
+            () = tokio::time::sleep(delay) => false,
+            () = self.stopped() => true,
+        }
+    }
+
+    /// Resolves the grace after the stop.
+    pub async fn past_grace(&mut self) {
+        self.stopped().await;
+        tokio::time::sleep(self.grace).await;
     }
 }
 

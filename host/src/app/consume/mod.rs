@@ -7,6 +7,7 @@
 mod dead_letter_topic;
 mod decide;
 mod failpoint;
+mod lanes;
 mod pending;
 mod pipeline;
 mod source;
@@ -14,6 +15,7 @@ mod worker;
 
 pub use dead_letter_topic::{original_headers, DeadLetterTopic};
 pub use decide::{decide, Backoff, RetryPolicy, Step};
+pub use lanes::lane_of;
 pub use pending::message_of;
 pub use pipeline::{Pipeline, StopWhen};
-pub use source::{HandlerSource, PipelineLimits};
+pub use source::{HandlerSource, PipelineLimits, DEFAULT_LANE_LOOKAHEAD};

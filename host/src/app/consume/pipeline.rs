@@ -12,6 +12,7 @@ use tokio::sync::{Notify, Semaphore};
 use tokio::task::JoinSet;
 
 use super::dead_letter_topic::DeadLetterTopic;
+use super::lanes;
 use super::source::{HandlerSource, PipelineLimits};
 use super::worker::{Shared, Worker};
 use crate::app::delivery::Delivery;
@@ -124,7 +125,11 @@ impl<S: HandlerSource> Pipeline<S> {
                     }
                 }
                 Some(stream) = consumer.assigned() => {
-                    workers.spawn(Worker::new(stream, shared.clone()).run());
+                    if shared.limits.key_lanes > 1 && !shared.runner.settings().strategy.commits_before() {
+                        workers.spawn(lanes::run(stream, shared.clone()));
+                    } else {
+                        workers.spawn(Worker::for_partition(stream, shared.clone()).run());
+                    }
                 }
                 Some(ended) = workers.join_next() => {
                     if let Err(e) = ended {

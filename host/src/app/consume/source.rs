@@ -27,6 +27,10 @@ impl<H: Handler + Send + Sync + 'static> HandlerSource for Arc<H> {
     }
 }
 
+/// By default, the most records of a partition dispatched to its key lanes
+/// and not done: what stays in memory, and what a crash delivers again at most.
+pub const DEFAULT_LANE_LOOKAHEAD: usize = 1_000;
+
 /// What the pipeline accepts, how it batches and how it retries.
 #[derive(Debug, Clone)]
 pub struct PipelineLimits {
@@ -41,6 +45,12 @@ pub struct PipelineLimits {
     /// Outbox rows waiting past which no worker starts a batch
     /// (`--max-outbox-backlog`).
     pub max_outbox_backlog: i64,
+    /// Lanes per partition, by record key (`--key-lanes`; 1: the partition's
+    /// records one batch after another).
+    pub key_lanes: usize,
+    /// Most records of a partition dispatched to its lanes and not done
+    /// (`--lane-lookahead`).
+    pub lane_lookahead: usize,
 }
 
 impl Default for PipelineLimits {
@@ -52,6 +62,8 @@ impl Default for PipelineLimits {
             batch_linger: Duration::from_millis(5),
             concurrency: 8,
             max_outbox_backlog: 100_000,
+            key_lanes: 1,
+            lane_lookahead: DEFAULT_LANE_LOOKAHEAD,
         }
     }
 }

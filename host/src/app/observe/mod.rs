@@ -13,7 +13,7 @@ mod status;
 mod traces;
 
 pub use metrics::Metrics;
-pub(crate) use progress::Tracked;
+pub(crate) use progress::{LaneProgress, Tracked};
 pub use status::serve;
 pub(crate) use traces::Attempt;
 pub use traces::Traces;

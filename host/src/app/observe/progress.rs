@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
 use crate::kafka::{PartitionStream, Watermark};
@@ -25,6 +25,41 @@ pub struct PartitionProgress {
     held_attempts: AtomicU32,
     /// Its worker ended abnormally: nothing handles it until it is assigned again.
     orphaned: AtomicBool,
+    /// Its key lanes (`--key-lanes` above 1), set once by the dispatcher.
+    lanes: OnceLock<Vec<Arc<LaneProgress>>>,
+    /// Records dispatched to lanes past the watermark (what a crash now would
+    /// deliver again).
+    ahead: AtomicI64,
+}
+
+/// One key lane of a partition: whether a batch of it is running, and how
+/// many of its records are waiting (the one running included).
+#[derive(Default)]
+pub struct LaneProgress {
+    busy: AtomicBool,
+    waiting: AtomicI64,
+}
+
+impl LaneProgress {
+    pub fn set_busy(&self, busy: bool) {
+        self.busy.store(busy, Ordering::Relaxed);
+    }
+
+    pub fn set_waiting(&self, records: usize) {
+        self.waiting.store(
+            i64::try_from(records).unwrap_or(i64::MAX),
+            Ordering::Relaxed,
+        );
+    }
+}
+
+/// A key lane as `/metrics` shows it.
+pub struct LaneView {
+    pub topic: String,
+    pub partition: i32,
+    pub lane: usize,
+    pub busy: bool,
+    pub waiting: i64,
 }
 
 /// A partition as `/metrics` shows it.
@@ -68,6 +103,8 @@ impl Partitions {
             last_progress: Mutex::new(Instant::now()),
             held_attempts: AtomicU32::new(0),
             orphaned: AtomicBool::new(false),
+            lanes: OnceLock::new(),
+            ahead: AtomicI64::new(0),
         });
         self.lock().insert(key.clone(), progress.clone());
         Tracked {
@@ -87,6 +124,33 @@ impl Partitions {
                 held_attempts: p.held_attempts.load(Ordering::Relaxed),
                 since_progress: p.since_progress(),
             })
+            .collect()
+    }
+
+    /// The key lanes of every partition split into lanes.
+    pub fn lane_views(&self) -> Vec<LaneView> {
+        let tracked = self.lock();
+        let mut views = Vec::new();
+        for ((topic, partition), p) in tracked.iter() {
+            for (lane, l) in p.lanes.get().into_iter().flatten().enumerate() {
+                views.push(LaneView {
+                    topic: topic.clone(),
+                    partition: *partition,
+                    lane,
+                    busy: l.busy.load(Ordering::Relaxed),
+                    waiting: l.waiting.load(Ordering::Relaxed),
+                });
+            }
+        }
+        views
+    }
+
+    /// Per partition split into lanes, the records dispatched past its watermark.
+    pub fn lanes_ahead(&self) -> Vec<((String, i32), i64)> {
+        self.lock()
+            .iter()
+            .filter(|(_, p)| p.lanes.get().is_some())
+            .map(|(key, p)| (key.clone(), p.ahead.load(Ordering::Relaxed)))
             .collect()
     }
 
@@ -130,6 +194,18 @@ impl PartitionProgress {
         let _ = self
             .next
             .compare_exchange(-1, offset, Ordering::Relaxed, Ordering::Relaxed);
+    }
+
+    /// Splits the partition into `n` lanes; returns each lane's gauges.
+    pub fn split(&self, n: usize) -> Vec<Arc<LaneProgress>> {
+        self.lanes
+            .get_or_init(|| (0..n).map(|_| Arc::default()).collect())
+            .clone()
+    }
+
+    /// Records dispatched to lanes past the watermark.
+    pub fn set_ahead(&self, records: i64) {
+        self.ahead.store(records, Ordering::Relaxed);
     }
 
     /// Every record up to `offset` is done.

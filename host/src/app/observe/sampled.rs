@@ -62,6 +62,32 @@ impl Collector for Sampled {
                 )
             }),
         )?;
+        let lanes = self.partitions.lane_views();
+        if !lanes.is_empty() {
+            gauge(
+                &mut encoder,
+                "inbox_host_lane_busy",
+                "Whether a key lane of a partition (--key-lanes) has a batch running (1) or not (0).",
+                lanes.iter().map(|l| (lane_labels(&l.topic, l.partition, l.lane), i64::from(l.busy))),
+            )?;
+            gauge(
+                &mut encoder,
+                "inbox_host_lane_waiting_records",
+                "Records dispatched to a key lane and not yet done (the batch running included).",
+                lanes
+                    .iter()
+                    .map(|l| (lane_labels(&l.topic, l.partition, l.lane), l.waiting)),
+            )?;
+            gauge(
+                &mut encoder,
+                "inbox_host_lane_watermark_lag_records",
+                "Records of a partition split into key lanes dispatched past its stored offset (done or not): what a crash now would deliver again, for the inbox to skip.",
+                self.partitions
+                    .lanes_ahead()
+                    .into_iter()
+                    .map(|((topic, partition), ahead)| (partition_labels(&topic, partition), ahead)),
+            )?;
+        }
         if let Some(pool) = self.pool.get() {
             let idle = pool.num_idle() as i64;
             gauge(
@@ -142,4 +168,10 @@ fn partition_labels(topic: &str, partition: i32) -> Vec<(&'static str, String)> 
         ("topic", topic.to_string()),
         ("partition", partition.to_string()),
     ]
+}
+
+fn lane_labels(topic: &str, partition: i32, lane: usize) -> Vec<(&'static str, String)> {
+    let mut labels = partition_labels(topic, partition);
+    labels.push(("lane", lane.to_string()));
+    labels
 }

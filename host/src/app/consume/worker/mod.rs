@@ -16,10 +16,14 @@ use tokio::time::Instant;
 use futures_util::FutureExt;
 
 mod aside;
+mod feed;
+
+pub(super) use feed::Feed;
 
 use super::dead_letter_topic::DeadLetterTopic;
 use super::decide::{self, Step};
 use super::failpoint;
+use super::lanes::Lane;
 use super::pending::{Aside, Pending};
 use super::source::{HandlerSource, PipelineLimits};
 use crate::app::delivery::Delivery;
@@ -59,7 +63,8 @@ impl<S> Shared<S> {
 }
 
 pub(super) struct Worker<S> {
-    stream: PartitionStream,
+    /// The partition, or one key lane of it.
+    stream: Feed,
     /// What `/metrics` and `/health/ready` see of this partition.
     progress: Option<Tracked>,
     shared: Arc<Shared<S>>,
@@ -86,11 +91,22 @@ pub(super) struct Worker<S> {
 }
 
 impl<S: HandlerSource> Worker<S> {
-    pub fn new(stream: PartitionStream, shared: Arc<Shared<S>>) -> Self {
+    /// The worker of a whole partition.
+    pub fn for_partition(stream: PartitionStream, shared: Arc<Shared<S>>) -> Self {
         let progress = shared
             .metrics
             .as_ref()
             .map(|m| m.partitions().track(&stream));
+        Self::new(Feed::Partition(stream), progress, shared)
+    }
+
+    /// The worker of one key lane: the partition's dispatcher tracks the
+    /// partition's progress (its watermark), not the lane.
+    pub fn for_lane(lane: Lane, shared: Arc<Shared<S>>) -> Self {
+        Self::new(Feed::Lane(lane), None, shared)
+    }
+
+    fn new(stream: Feed, progress: Option<Tracked>, shared: Arc<Shared<S>>) -> Self {
         Self {
             progress,
             stream,
@@ -286,6 +302,7 @@ impl<S: HandlerSource> Worker<S> {
         let started = std::time::Instant::now();
         let messages: Vec<&Message> = self.pending.range(..n).map(|p| &p.message).collect();
         failpoint::check(&messages);
+        self.stream.running(true);
         // Revoked (or the host stopping) and still running past the grace:
         // abandoned, so the rebalance or the exit does not wait for it. Its
         // transaction rolls back as it is dropped; nothing of it was
@@ -302,9 +319,11 @@ impl<S: HandlerSource> Worker<S> {
                     from_offset = messages[0].offset,
                     "a batch still running past the revoke grace (--revoke-grace-ms) was abandoned; its records come again to the partition's next owner"
                 );
+                self.stream.running(false);
                 return (0, None);
             }
         };
+        self.stream.running(false);
         self.committed = outcomes.iter().take_while(|o| o.committed()).count();
         failpoint::after_commit(&messages);
         if let Some(metrics) = &shared.metrics {
