@@ -36,8 +36,8 @@ fn main() {
         broker.create_topic(OUT, PARTITIONS).expect("output topic");
         println!("inbox-host outbox: {PARTITIONS} partitions in and out, {messages} records x {ROUNDS} rounds, medians");
         println!("PostgreSQL with fsync and synchronous commit on; the host is the release binary\n");
-        let inbox_only = Run { plugin: "billing", flags: &[], relayed: false, requested: false, knobs: None, group: None, timestamp_ms: Some(bench::in_hour(0, bench::MID_HOUR)) };
-        let publishing = Run { plugin: "billing-publish", flags: &["--publish-topic", OUT], relayed: true, requested: false, knobs: None, group: None, timestamp_ms: Some(bench::in_hour(0, bench::MID_HOUR)) };
+        let inbox_only = Run { plugin: "billing", flags: &[], relayed: false, requested: false, knobs: None, group: None, timestamp_ms: Some(bench::in_hour(0, bench::MID_HOUR)), partitions: None };
+        let publishing = Run { plugin: "billing-publish", flags: &["--publish-topic", OUT], relayed: true, requested: false, knobs: None, group: None, timestamp_ms: Some(bench::in_hour(0, bench::MID_HOUR)), partitions: None };
         let (mut plain, mut published) = (Vec::new(), Vec::new());
         let (mut relayed, mut produced) = (Vec::new(), Vec::new());
         for round in 0..ROUNDS {

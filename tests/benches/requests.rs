@@ -45,8 +45,8 @@ fn main() {
         println!("PostgreSQL with fsync and synchronous commit on; the host is the release binary\n");
         let allow = ["--http-allow", server.origin.as_str()];
         let knobs = serde_json::json!({ "notify_url": format!("{}/notify", server.origin) });
-        let inbox_only = Run { plugin: "billing", flags: &[], relayed: false, requested: false, knobs: None, group: None, timestamp_ms: Some(bench::in_hour(0, bench::MID_HOUR)) };
-        let requesting = Run { plugin: "notify", flags: &allow, relayed: false, requested: true, knobs: Some(&knobs), group: None, timestamp_ms: Some(bench::in_hour(0, bench::MID_HOUR)) };
+        let inbox_only = Run { plugin: "billing", flags: &[], relayed: false, requested: false, knobs: None, group: None, timestamp_ms: Some(bench::in_hour(0, bench::MID_HOUR)), partitions: None };
+        let requesting = Run { plugin: "notify", flags: &allow, relayed: false, requested: true, knobs: Some(&knobs), group: None, timestamp_ms: Some(bench::in_hour(0, bench::MID_HOUR)), partitions: None };
         let charge = charge_plugin(&server).await;
         let (mut sender, mut plain) = (Vec::new(), Vec::new());
         let (mut requested, mut inbox) = (Vec::new(), Vec::new());

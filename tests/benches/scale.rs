@@ -208,7 +208,7 @@ async fn rounds(
         requested: false,
         knobs: None,
         group: Some(GROUP),
-        timestamp_ms: Some(stamp),
+        timestamp_ms: Some(stamp), partitions: None,
     };
     for _ in 0..ROUNDS {
         db.execute("CHECKPOINT").await;

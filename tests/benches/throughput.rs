@@ -187,6 +187,7 @@ async fn in_mode(db: &TestDb, broker: &LocalBroker, mode: &Mode, messages: usize
         knobs: None,
         group: None,
         timestamp_ms: Some(bench::in_hour(0, bench::MID_HOUR)),
+        partitions: None,
     };
     end_to_end(db, broker, &run, messages).await
 }

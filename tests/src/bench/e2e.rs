@@ -36,6 +36,8 @@ pub struct Run<'a> {
     /// time it is produced): the inbox partition its rows go to and, by its
     /// minute, which path their claims take (`bench::in_hour`).
     pub timestamp_ms: Option<i64>,
+    /// The topic's partitions (`None`: `PARTITIONS`).
+    pub partitions: Option<i32>,
 }
 
 /// Runs the binary over `messages` orders on a fresh topic of `PARTITIONS`
@@ -47,7 +49,9 @@ pub async fn end_to_end(
     messages: usize,
 ) -> Round {
     let topic = unique("bench");
-    broker.create_topic(&topic, PARTITIONS).expect("topic");
+    broker
+        .create_topic(&topic, run.partitions.unwrap_or(PARTITIONS))
+        .expect("topic");
     let timestamp_ms = run.timestamp_ms;
     let records: Vec<OutgoingRecord> = (0..messages)
         .map(|i| {
@@ -129,7 +133,8 @@ pub async fn end_to_end(
         }
         done
     };
-    let deadline = Instant::now() + Duration::from_secs(600);
+    let started = Instant::now();
+    let deadline = started + Duration::from_secs(600);
     let mut first: Option<Sample> = None;
     let last = loop {
         assert!(
@@ -157,7 +162,11 @@ pub async fn end_to_end(
         .await;
     };
     let Some(first) = first.filter(|first| first.done < messages / 2) else {
-        panic!("half the records were handled before the first sample: raise BENCH_MESSAGES")
+        panic!(
+            "half the records were handled before the first sample ({:?} of {messages}, {:?} after the host started): raise BENCH_MESSAGES",
+            first.map(|f| f.done),
+            first.map(|f| f.at - started)
+        )
     };
     let peak_rss_mb = peak_rss_mb(host.pid());
     // This round's rows: its records' topic, in the hours since they were

@@ -42,7 +42,7 @@ pub fn lane_of(key: Option<&[u8]>, offset: i64, lanes: usize) -> usize {
 /// lane has ended and its last done records are stored.
 pub(super) async fn run<S: HandlerSource>(mut stream: PartitionStream, shared: Arc<Shared<S>>) {
     let lanes = shared.limits.key_lanes.max(1);
-    let lookahead = shared.limits.lane_lookahead.max(lanes);
+    let lookahead = i64::try_from(shared.limits.lane_lookahead.max(lanes)).unwrap_or(i64::MAX);
     let tracked = shared
         .metrics
         .as_ref()
@@ -72,7 +72,7 @@ pub(super) async fn run<S: HandlerSource>(mut stream: PartitionStream, shared: A
         tokio::select! {
             biased;
             Some(done) = done_rx.recv() => settle(&stream, &mut open, done, tracked.as_ref(), gauges.as_deref()),
-            record = stream.next(), if open.len() < lookahead => {
+            record = stream.next(), if open.ahead() < lookahead => {
                 let Some(record) = record else { break };
                 let lane = lane_of(record.key.as_deref(), record.offset, lanes);
                 if let Some(tracked) = &tracked {
@@ -84,7 +84,7 @@ pub(super) async fn run<S: HandlerSource>(mut stream: PartitionStream, shared: A
                 }
                 let _ = senders[lane].send(record);
             }
-            () = signal.stopped(), if open.len() >= lookahead => break,
+            () = signal.stopped(), if open.ahead() >= lookahead => break,
         }
     }
     // Stopped: each lane ends its batch (or abandons it past the revoke

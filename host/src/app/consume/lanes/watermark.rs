@@ -28,11 +28,6 @@ impl Open {
         }
     }
 
-    /// Records dispatched and not done.
-    pub fn len(&self) -> usize {
-        self.all.len()
-    }
-
     /// Records of `lane` dispatched and not done.
     pub fn waiting(&self, lane: usize) -> usize {
         self.lanes[lane].len()
@@ -91,7 +86,6 @@ mod tests {
         assert_eq!(open.done(0, 10), Some(12), "10 done: through 12");
         assert_eq!(open.waiting(0), 1);
         assert_eq!(open.done(0, 13), Some(13));
-        assert_eq!(open.len(), 0);
         assert_eq!(open.ahead(), 0);
         assert_eq!(open.done(0, 13), None, "no move, nothing stored again");
     }
