@@ -191,8 +191,7 @@ impl StoredRequest {
 
 /// Takes up to `limit` of `group`'s requests that are due, leasing each for
 /// `lease` (a sender that dies mid-request leaves it to be taken again when the
-/// lease ends, with the same key). The lease is a column no index covers, so
-/// the take is a HOT update. A request with an ordering key is taken only
+/// lease ends, with the same key). A request with an ordering key is taken only
 /// when no earlier request of its key is left: one at a time per key, in order.
 pub async fn take_due(
     pool: &PgPool,
@@ -204,7 +203,6 @@ pub async fn take_due(
         "WITH due AS (
              SELECT r.id FROM inbox_host.requests r
              WHERE r.consumer_group = $1 AND r.next_attempt_at <= now()
-               AND (r.leased_until IS NULL OR r.leased_until <= now())
                AND (r.ordering_key IS NULL OR NOT EXISTS (
                    SELECT 1 FROM inbox_host.requests e
                    WHERE e.consumer_group = r.consumer_group
@@ -213,7 +211,7 @@ pub async fn take_due(
              FOR UPDATE SKIP LOCKED)
          UPDATE inbox_host.requests r
          SET attempts = r.attempts + 1,
-             leased_until = now() + make_interval(secs => $3)
+             next_attempt_at = now() + make_interval(secs => $3)
          FROM due WHERE r.id = due.id
          RETURNING r.id, r.consumer_group, r.idempotency_key, r.method, r.url, r.headers,
                    r.body, r.ordering_key, r.reply_topic, r.caused_by, r.topic,
@@ -230,7 +228,7 @@ pub async fn take_due(
 /// When `group` next has a request due (none: `None`), for the sender's sleep.
 pub async fn next_due_in(pool: &PgPool, group: &str) -> Result<Option<f64>, sqlx::Error> {
     sqlx::query_scalar(
-        "SELECT greatest(0, extract(epoch FROM min(greatest(next_attempt_at, leased_until)) - now()))::float8
+        "SELECT greatest(0, extract(epoch FROM min(next_attempt_at) - now()))::float8
          FROM inbox_host.requests WHERE consumer_group = $1",
     )
     .bind(group)
@@ -312,8 +310,7 @@ pub async fn retry_later(
 ) -> Result<(), sqlx::Error> {
     sqlx::query(
         "UPDATE inbox_host.requests
-         SET next_attempt_at = now() + make_interval(secs => $2), leased_until = NULL,
-             last_error = $3
+         SET next_attempt_at = now() + make_interval(secs => $2), last_error = $3
          WHERE id = $1",
     )
     .bind(request.id)
