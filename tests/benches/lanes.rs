@@ -30,7 +30,9 @@ fn main() {
         let (db, broker) = bench::production_stage().await;
         let origin = slow_server().await;
         println!("inbox-host key lanes: one partition, {ROUNDS} rounds, medians");
-        println!("PostgreSQL with fsync and synchronous commit on; the host is the release binary\n");
+        println!(
+            "PostgreSQL with fsync and synchronous commit on; the host is the release binary\n"
+        );
         let knobs = serde_json::json!({ "charge_url": format!("{origin}/charges") });
         let stamp = Some(bench::in_hour(0, bench::MID_HOUR));
         let mut waiting: Vec<Vec<f64>> = vec![Vec::new(); LANES.len()];
@@ -44,17 +46,43 @@ fn main() {
             for at in order {
                 let lanes = LANES[at].to_string();
                 let flags = [
-                    "--key-lanes", &lanes, "--batch-max", "10", "--db-pool-size", CONNECTIONS,
-                    "--http-concurrency", CONNECTIONS, "--http-allow", &origin,
+                    "--key-lanes",
+                    &lanes,
+                    "--batch-max",
+                    "10",
+                    "--db-pool-size",
+                    CONNECTIONS,
+                    "--http-concurrency",
+                    CONNECTIONS,
+                    "--http-allow",
+                    &origin,
                 ];
-                let run = Run { plugin: "charge", flags: &flags, relayed: false, requested: false, knobs: Some(&knobs), group: None, timestamp_ms: stamp, partitions: Some(1) };
+                let run = Run {
+                    plugin: "charge",
+                    flags: &flags,
+                    relayed: false,
+                    requested: false,
+                    knobs: Some(&knobs),
+                    group: None,
+                    timestamp_ms: stamp,
+                    partitions: Some(1),
+                };
                 settle(&db).await;
                 let records = (PER_LANE * LANES[at]).max(300);
                 waiting[at].push(end_to_end(&db, &broker, &run, records).await.per_second);
             }
             let sides: [&[&str]; 3] = [&[], &["--key-lanes", "1"], &["--key-lanes", "16"]];
             for at in if round % 2 == 0 { [0, 1, 2] } else { [2, 1, 0] } {
-                let run = Run { plugin: "billing", flags: sides[at], relayed: false, requested: false, knobs: None, group: None, timestamp_ms: stamp, partitions: Some(1) };
+                let run = Run {
+                    plugin: "billing",
+                    flags: sides[at],
+                    relayed: false,
+                    requested: false,
+                    knobs: None,
+                    group: None,
+                    timestamp_ms: stamp,
+                    partitions: Some(1),
+                };
                 settle(&db).await;
                 billing[at].push(end_to_end(&db, &broker, &run, messages).await.per_second);
             }
@@ -62,7 +90,10 @@ fn main() {
         }
         let waiting: Vec<f64> = waiting.iter().map(|v| median(v)).collect();
         let billing: Vec<f64> = billing.iter().map(|v| median(v)).collect();
-        println!("{:<58} {:>9} {:>12} {:>7}", "a handler waiting 20 ms per record", "per s", "N x 1 lane", "ratio");
+        println!(
+            "{:<58} {:>9} {:>12} {:>7}",
+            "a handler waiting 20 ms per record", "per s", "N x 1 lane", "ratio"
+        );
         for (at, lanes) in LANES.iter().enumerate() {
             let against = waiting[0] * *lanes as f64;
             println!(
@@ -72,8 +103,14 @@ fn main() {
                 waiting[at] / against
             );
         }
-        println!("\n{:<58} {:>9} {:>12} {:>7}", "billing.wasm (no wait)", "per s", "no flag", "ratio");
-        for (at, name) in ["no --key-lanes", "--key-lanes 1", "--key-lanes 16"].iter().enumerate() {
+        println!(
+            "\n{:<58} {:>9} {:>12} {:>7}",
+            "billing.wasm (no wait)", "per s", "no flag", "ratio"
+        );
+        for (at, name) in ["no --key-lanes", "--key-lanes 1", "--key-lanes 16"]
+            .iter()
+            .enumerate()
+        {
             println!(
                 "{name:<58} {:>9.0} {:>12.0} {:>7.2}",
                 billing[at],

@@ -208,7 +208,8 @@ async fn rounds(
         requested: false,
         knobs: None,
         group: Some(GROUP),
-        timestamp_ms: Some(stamp), partitions: None,
+        timestamp_ms: Some(stamp),
+        partitions: None,
     };
     for _ in 0..ROUNDS {
         db.execute("CHECKPOINT").await;
