@@ -21,7 +21,6 @@ use anyhow::Context;
 pub use commands::{build, check, dead_letters, dev, lab, migrate, relay, shadow, LabRow};
 pub use consume::{
     decide, lane_of, Backoff, HandlerSource, Pipeline, PipelineLimits, RetryPolicy, Step, StopWhen,
-    DEFAULT_LANE_LOOKAHEAD,
 };
 pub use delivery::Delivery;
 pub use observe::{Metrics, Traces};

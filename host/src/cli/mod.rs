@@ -12,7 +12,7 @@ pub use commands::{
     BuildArgs, DeadLettersArgs, DevArgs, LabArgs, LetterAction, LetterFilterArgs, NewArgs,
     RedriveArgs, RelayArgs, ShadowArgs,
 };
-pub use run::{CommitOnArg, RunArgs, StrategyArg};
+pub use run::{CommitOnArg, RunArgs, StrategyArg, DEFAULT_LANE_LOOKAHEAD};
 
 #[derive(Debug, Parser)]
 #[command(

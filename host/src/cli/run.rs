@@ -7,6 +7,11 @@ use std::path::PathBuf;
 use super::{CompileCacheArg, DatabaseArgs};
 use crate::inbox;
 
+/// By default, the most records of a partition dispatched past its stored
+/// offset to its key lanes: what stays in memory, and what a crash delivers
+/// again at most.
+pub const DEFAULT_LANE_LOOKAHEAD: usize = 1_000;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum StrategyArg {
     AtMostOnce,
@@ -102,7 +107,7 @@ pub struct RunArgs {
     pub key_lanes: usize,
     /// Most records of a partition dispatched to its key lanes and not yet
     /// done: bounds memory, and what a crash delivers again for the inbox to skip.
-    #[arg(long, env = "INBOX_LANE_LOOKAHEAD", default_value_t = crate::app::DEFAULT_LANE_LOOKAHEAD)]
+    #[arg(long, env = "INBOX_LANE_LOOKAHEAD", default_value_t = DEFAULT_LANE_LOOKAHEAD)]
     pub lane_lookahead: usize,
     /// Most batches in flight at once across partitions and lanes (default: the pool size).
     #[arg(long, env = "INBOX_CONCURRENCY")]

@@ -18,4 +18,4 @@ pub use decide::{decide, Backoff, RetryPolicy, Step};
 pub use lanes::lane_of;
 pub use pending::message_of;
 pub use pipeline::{Pipeline, StopWhen};
-pub use source::{HandlerSource, PipelineLimits, DEFAULT_LANE_LOOKAHEAD};
+pub use source::{HandlerSource, PipelineLimits};

@@ -27,10 +27,6 @@ impl<H: Handler + Send + Sync + 'static> HandlerSource for Arc<H> {
     }
 }
 
-/// By default, the most records of a partition dispatched to its key lanes
-/// and not done: what stays in memory, and what a crash delivers again at most.
-pub const DEFAULT_LANE_LOOKAHEAD: usize = 1_000;
-
 /// What the pipeline accepts, how it batches and how it retries.
 #[derive(Debug, Clone)]
 pub struct PipelineLimits {
@@ -63,7 +59,7 @@ impl Default for PipelineLimits {
             concurrency: 8,
             max_outbox_backlog: 100_000,
             key_lanes: 1,
-            lane_lookahead: DEFAULT_LANE_LOOKAHEAD,
+            lane_lookahead: crate::cli::DEFAULT_LANE_LOOKAHEAD,
         }
     }
 }

@@ -6,7 +6,6 @@
 //! before the lowest one not done. A crash or a rebalance delivers again what
 //! lies above it, and the inbox finds what was done.
 
-mod lane;
 mod watermark;
 
 use std::sync::Arc;
@@ -14,12 +13,10 @@ use std::sync::Arc;
 use tokio::sync::mpsc::unbounded_channel;
 use tokio::task::JoinSet;
 
-use lane::Done;
-pub(super) use lane::Lane;
 use watermark::Open;
 
 use super::source::HandlerSource;
-use super::worker::{Shared, Worker};
+use super::worker::{Done, Lane, LaneWiring, Shared, Worker};
 use crate::app::observe::Tracked;
 use crate::kafka::PartitionStream;
 
@@ -54,15 +51,14 @@ pub(super) async fn run<S: HandlerSource>(mut stream: PartitionStream, shared: A
     for index in 0..lanes {
         let (records, received) = unbounded_channel();
         senders.push(records);
-        let lane = Lane {
-            topic: stream.topic().to_string(),
-            partition: stream.partition(),
+        let wiring = LaneWiring {
             index,
             records: received,
             signal: stream.stop_signal(),
             done: done_tx.clone(),
             progress: gauges.as_ref().map(|g| g[index].clone()),
         };
+        let lane = Lane::new(stream.topic(), stream.partition(), wiring);
         workers.spawn(Worker::for_lane(lane, shared.clone()).run());
     }
     drop(done_tx);

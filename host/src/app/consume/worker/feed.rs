@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::app::consume::lanes::Lane;
+use super::lane::Lane;
 use crate::kafka::{KafkaError, PartitionStream, Record};
 
 pub(in crate::app::consume) enum Feed {

@@ -17,13 +17,14 @@ use futures_util::FutureExt;
 
 mod aside;
 mod feed;
+mod lane;
 
 pub(super) use feed::Feed;
+pub(super) use lane::{Done, Lane, LaneWiring};
 
 use super::dead_letter_topic::DeadLetterTopic;
 use super::decide::{self, Step};
 use super::failpoint;
-use super::lanes::Lane;
 use super::pending::{Aside, Pending};
 use super::source::{HandlerSource, PipelineLimits};
 use crate::app::delivery::Delivery;

@@ -1,6 +1,7 @@
 //! One key lane of a partition, as its worker sees it: the records the
-//! dispatcher sends it, in offset order, and the partition's stop signal;
-//! what it stores goes back to the dispatcher, which stores the watermark.
+//! dispatcher (`lanes/`) sends it, in offset order, and the partition's stop
+//! signal; what it stores goes back to the dispatcher, which stores the
+//! watermark.
 
 use std::sync::Arc;
 
@@ -10,22 +11,50 @@ use crate::app::observe::LaneProgress;
 use crate::kafka::{Record, StopSignal};
 
 /// A lane's report: its records up to this offset are done.
-pub(super) struct Done {
+pub(in crate::app::consume) struct Done {
     pub lane: usize,
     pub offset: i64,
 }
 
 pub(in crate::app::consume) struct Lane {
-    pub(super) topic: String,
-    pub(super) partition: i32,
-    pub(super) index: usize,
-    pub(super) records: UnboundedReceiver<Record>,
-    pub(super) signal: StopSignal,
-    pub(super) done: UnboundedSender<Done>,
-    pub(super) progress: Option<Arc<LaneProgress>>,
+    topic: String,
+    partition: i32,
+    index: usize,
+    records: UnboundedReceiver<Record>,
+    signal: StopSignal,
+    done: UnboundedSender<Done>,
+    progress: Option<Arc<LaneProgress>>,
+}
+
+/// Where a lane's records come from and where its reports go.
+pub(in crate::app::consume) struct LaneWiring {
+    pub index: usize,
+    pub records: UnboundedReceiver<Record>,
+    pub signal: StopSignal,
+    pub done: UnboundedSender<Done>,
+    pub progress: Option<Arc<LaneProgress>>,
 }
 
 impl Lane {
+    pub fn new(topic: &str, partition: i32, wiring: LaneWiring) -> Self {
+        let LaneWiring {
+            index,
+            records,
+            signal,
+            done,
+            progress,
+        } = wiring;
+        Self {
+            topic: topic.to_string(),
+            partition,
+            index,
+            records,
+            signal,
+            done,
+            progress,
+        }
+    }
+
     pub fn topic(&self) -> &str {
         &self.topic
     }
