@@ -84,32 +84,16 @@ impl PartitionStream {
         self.signal.clone()
     }
 
-    /// Whether the partition was revoked or the member is closing.
-    pub fn is_stopped(&self) -> bool {
-        self.signal.is_stopped()
-    }
-
-    /// Resolves once the partition is revoked or the member is closing.
-    pub async fn stopped(&mut self) {
-        self.signal.stopped().await;
-    }
-
-    /// Waits `delay`, or less if the partition is revoked or the member closes
-    /// first; returns whether it was stopped.
-    pub async fn stopped_within(&mut self, delay: Duration) -> bool {
-        self.signal.stopped_within(delay).await
-    }
-
-    /// Resolves the revoke grace after the partition was revoked or the member
-    /// began closing: past it, a batch still running is to be abandoned.
-    pub async fn past_grace(&mut self) {
-        self.signal.past_grace().await;
+    /// When the partition is revoked or the member closes, and the revoke
+    /// grace after it.
+    pub fn signal(&mut self) -> &mut StopSignal {
+        &mut self.signal
     }
 
     /// The next record, waiting for one to arrive; `None` once stopped.
     pub async fn next(&mut self) -> Option<Record> {
         loop {
-            if self.is_stopped() {
+            if self.signal.is_stopped() {
                 return None;
             }
             if let Some(record) = self.try_next() {
@@ -196,10 +180,12 @@ pub struct StopSignal {
 }
 
 impl StopSignal {
+    /// Whether the partition was revoked or the member is closing.
     pub fn is_stopped(&self) -> bool {
         *self.stop.borrow()
     }
 
+    /// Resolves once the partition is revoked or the member is closing.
     pub async fn stopped(&mut self) {
         let _ = self.stop.wait_for(|stop| *stop).await;
     }
@@ -212,7 +198,8 @@ impl StopSignal {
         }
     }
 
-    /// Resolves the grace after the stop.
+    /// Resolves the revoke grace after the stop: past it, a batch still
+    /// running is to be abandoned.
     pub async fn past_grace(&mut self) {
         self.stopped().await;
         tokio::time::sleep(self.grace).await;

@@ -10,15 +10,15 @@ mod watermark;
 
 use std::sync::Arc;
 
-use tokio::sync::mpsc::unbounded_channel;
+use tokio::sync::mpsc::{unbounded_channel, UnboundedSender};
 use tokio::task::JoinSet;
 
 use watermark::Open;
 
 use super::source::HandlerSource;
 use super::worker::{Done, Lane, LaneWiring, Shared, Worker};
-use crate::app::observe::Tracked;
-use crate::kafka::PartitionStream;
+use crate::app::observe::{LaneProgress, Tracked};
+use crate::kafka::{PartitionStream, Record};
 
 /// Which lane a record goes to: FNV-1a (64 bit) of its key, so a key's lane
 /// is the same on every host and every version; a record without a key has
@@ -37,14 +37,16 @@ pub fn lane_of(key: Option<&[u8]>, offset: i64, lanes: usize) -> usize {
 /// Runs one partition as `--key-lanes` lanes until it is revoked or the member
 /// closes; drops the stream (letting the rebalance go on) only after every
 /// lane has ended and its last done records are stored.
-pub(super) async fn run<S: HandlerSource>(mut stream: PartitionStream, shared: Arc<Shared<S>>) {
+pub(super) async fn run<S: HandlerSource>(stream: PartitionStream, shared: Arc<Shared<S>>) {
     let lanes = shared.limits.key_lanes.max(1);
     let lookahead = i64::try_from(shared.limits.lane_lookahead.max(lanes)).unwrap_or(i64::MAX);
     let tracked = shared
         .metrics
         .as_ref()
         .map(|m| m.partitions().track(&stream));
-    let gauges = tracked.as_ref().map(|t| t.progress.split(lanes));
+    let gauges = tracked
+        .as_ref()
+        .map_or_else(Vec::new, |t| t.progress.split(lanes));
     let (done_tx, mut done_rx) = unbounded_channel();
     let mut senders = Vec::with_capacity(lanes);
     let mut workers = JoinSet::new();
@@ -56,73 +58,86 @@ pub(super) async fn run<S: HandlerSource>(mut stream: PartitionStream, shared: A
             records: received,
             signal: stream.stop_signal(),
             done: done_tx.clone(),
-            progress: gauges.as_ref().map(|g| g[index].clone()),
+            progress: gauges.get(index).cloned(),
         };
         let lane = Lane::new(stream.topic(), stream.partition(), wiring);
         workers.spawn(Worker::for_lane(lane, shared.clone()).run());
     }
     drop(done_tx);
-    let mut open = Open::new(lanes);
     let mut signal = stream.stop_signal();
+    let mut partition = Dispatcher {
+        stream,
+        senders,
+        open: Open::new(lanes),
+        tracked,
+        gauges,
+    };
     loop {
         tokio::select! {
             biased;
-            Some(done) = done_rx.recv() => settle(&stream, &mut open, done, tracked.as_ref(), gauges.as_deref()),
-            record = stream.next(), if open.ahead() < lookahead => {
+            Some(done) = done_rx.recv() => partition.settle(done),
+            record = partition.stream.next(), if partition.open.ahead() < lookahead => {
                 let Some(record) = record else { break };
-                let lane = lane_of(record.key.as_deref(), record.offset, lanes);
-                if let Some(tracked) = &tracked {
-                    tracked.progress.arrived(record.offset);
-                }
-                open.dispatched(lane, record.offset);
-                if let Some(gauges) = &gauges {
-                    gauges[lane].set_waiting(open.waiting(lane));
-                }
-                let _ = senders[lane].send(record);
+                partition.dispatch(record);
             }
-            () = signal.stopped(), if open.ahead() >= lookahead => break,
+            () = signal.stopped(), if partition.open.ahead() >= lookahead => break,
         }
     }
     // Stopped: each lane ends its batch (or abandons it past the revoke
     // grace) and reports what it finished; the channel closes once every lane
     // has ended.
     while let Some(done) = done_rx.recv().await {
-        settle(
-            &stream,
-            &mut open,
-            done,
-            tracked.as_ref(),
-            gauges.as_deref(),
-        );
+        partition.settle(done);
     }
     while workers.join_next().await.is_some() {}
 }
 
-/// A lane's records up to an offset are done: stores the watermark if it moved.
-fn settle(
-    stream: &PartitionStream,
-    open: &mut Open,
-    done: Done,
-    tracked: Option<&Tracked>,
-    gauges: Option<&[Arc<crate::app::observe::LaneProgress>]>,
-) {
-    let moved = open.done(done.lane, done.offset);
-    if let Some(gauges) = gauges {
-        gauges[done.lane].set_waiting(open.waiting(done.lane));
+/// One partition's side of its lanes: what it sent where, and its watermark.
+struct Dispatcher {
+    stream: PartitionStream,
+    senders: Vec<UnboundedSender<Record>>,
+    open: Open,
+    tracked: Option<Tracked>,
+    /// Each lane's gauges (none without metrics).
+    gauges: Vec<Arc<LaneProgress>>,
+}
+
+impl Dispatcher {
+    /// Sends a record to its key's lane.
+    fn dispatch(&mut self, record: Record) {
+        let lane = lane_of(record.key.as_deref(), record.offset, self.senders.len());
+        if let Some(tracked) = &self.tracked {
+            tracked.progress.arrived(record.offset);
+        }
+        self.open.dispatched(lane, record.offset);
+        self.gauge_waiting(lane);
+        let _ = self.senders[lane].send(record);
     }
-    if let Some(tracked) = tracked {
-        tracked.progress.set_ahead(open.ahead());
+
+    /// A lane's records up to an offset are done: stores the watermark if it moved.
+    fn settle(&mut self, done: Done) {
+        let moved = self.open.done(done.lane, done.offset);
+        self.gauge_waiting(done.lane);
+        if let Some(tracked) = &self.tracked {
+            tracked.progress.set_ahead(self.open.ahead());
+        }
+        let Some(through) = moved else {
+            return;
+        };
+        if let Some(tracked) = &self.tracked {
+            tracked.progress.done_through(through);
+        }
+        if let Err(e) = self.stream.store(through) {
+            // The partition moved: its next owner starts from the last commit
+            // and finds these records in the inbox.
+            tracing::debug!(error = %e, offset = through, "offset not stored: partition no longer assigned");
+        }
     }
-    let Some(through) = moved else {
-        return;
-    };
-    if let Some(tracked) = tracked {
-        tracked.progress.done_through(through);
-    }
-    if let Err(e) = stream.store(through) {
-        // The partition moved: its next owner starts from the last commit and
-        // finds these records in the inbox.
-        tracing::debug!(error = %e, offset = through, "offset not stored: partition no longer assigned");
+
+    fn gauge_waiting(&self, lane: usize) {
+        if let Some(gauge) = self.gauges.get(lane) {
+            gauge.set_waiting(self.open.waiting(lane));
+        }
     }
 }
 

@@ -1,10 +1,8 @@
 //! Where a worker's records come from: a whole partition, or one key lane of
 //! it (`--key-lanes`). The worker reads both alike.
 
-use std::time::Duration;
-
 use super::lane::Lane;
-use crate::kafka::{KafkaError, PartitionStream, Record};
+use crate::kafka::{KafkaError, PartitionStream, Record, StopSignal};
 
 pub(in crate::app::consume) enum Feed {
     Partition(PartitionStream),
@@ -26,31 +24,11 @@ impl Feed {
         }
     }
 
-    pub fn is_stopped(&self) -> bool {
+    /// The partition's stop signal (a lane shares its partition's).
+    pub fn signal(&mut self) -> &mut StopSignal {
         match self {
-            Feed::Partition(s) => s.is_stopped(),
-            Feed::Lane(l) => l.is_stopped(),
-        }
-    }
-
-    pub async fn stopped(&mut self) {
-        match self {
-            Feed::Partition(s) => s.stopped().await,
-            Feed::Lane(l) => l.signal().stopped().await,
-        }
-    }
-
-    pub async fn stopped_within(&mut self, delay: Duration) -> bool {
-        match self {
-            Feed::Partition(s) => s.stopped_within(delay).await,
-            Feed::Lane(l) => l.signal().stopped_within(delay).await,
-        }
-    }
-
-    pub async fn past_grace(&mut self) {
-        match self {
-            Feed::Partition(s) => s.past_grace().await,
-            Feed::Lane(l) => l.signal().past_grace().await,
+            Feed::Partition(s) => s.signal(),
+            Feed::Lane(l) => l.signal(),
         }
     }
 

@@ -63,10 +63,6 @@ impl Lane {
         self.partition
     }
 
-    pub fn is_stopped(&self) -> bool {
-        self.signal.is_stopped()
-    }
-
     pub fn signal(&mut self) -> &mut StopSignal {
         &mut self.signal
     }

@@ -138,7 +138,7 @@ impl<S: HandlerSource> Worker<S> {
                 Ok(()) => return,
                 Err(panic) => {
                     let delay = self.restart(&crate::panics::text(&*panic));
-                    if self.stream.stopped_within(delay).await {
+                    if self.stream.signal().stopped_within(delay).await {
                         return;
                     }
                 }
@@ -152,7 +152,7 @@ impl<S: HandlerSource> Worker<S> {
                 Ok(()) => return,
                 Err(panic) => {
                     if let Some(delay) = self.recover(&crate::panics::text(&*panic)) {
-                        if self.stream.stopped_within(delay).await {
+                        if self.stream.signal().stopped_within(delay).await {
                             return;
                         }
                     }
@@ -170,7 +170,7 @@ impl<S: HandlerSource> Worker<S> {
         };
         let max = self.shared.limits.max_outbox_backlog;
         while outbox.backlog_rows.load(Ordering::Relaxed) >= max {
-            if self.stream.stopped_within(BACKLOG_EVERY).await {
+            if self.stream.signal().stopped_within(BACKLOG_EVERY).await {
                 return;
             }
         }
@@ -192,16 +192,16 @@ impl<S: HandlerSource> Worker<S> {
             };
             let want = want.min(self.shared.allowance());
             if want == 0 {
-                self.stream.stopped().await;
+                self.stream.signal().stopped().await;
                 return;
             }
             self.outbox_room().await;
             self.take_arrived(want).await;
-            if self.stream.is_stopped() {
+            if self.stream.signal().is_stopped() {
                 return;
             }
             if let Some(delay) = self.handle_head(want).await {
-                if self.stream.stopped_within(delay).await {
+                if self.stream.signal().stopped_within(delay).await {
                     return;
                 }
             }
@@ -312,7 +312,7 @@ impl<S: HandlerSource> Worker<S> {
         let outcomes = tokio::select! {
             biased;
             outcomes = shared.runner.process_batch(&messages, &*handler) => outcomes,
-            () = self.stream.past_grace() => {
+            () = self.stream.signal().past_grace() => {
                 tracing::warn!(
                     topic = self.stream.topic(),
                     partition = self.stream.partition(),
