@@ -58,6 +58,19 @@ async fn effect_count(stage: &Stage) -> i64 {
     stage.db.count("SELECT count(*) FROM effects").await
 }
 
+/// Waits until `n` effects happened and the group's offsets over the topic's
+/// `partitions` are committed past all `n` records.
+async fn all_done(stage: &Stage, partitions: i32, n: i64) {
+    wait_until(&format!("all {n} effects"), LONG, || async {
+        effect_count(stage).await >= n
+    })
+    .await;
+    wait_until("the offsets committed past every record", LONG, || async {
+        stage.committed_total(partitions).await == n
+    })
+    .await;
+}
+
 /// Asserts each of the `n` records' effects happened exactly once, and each
 /// key's in the order of its records.
 async fn once_each_in_key_order(stage: &Stage, n: usize) {
@@ -86,16 +99,7 @@ async fn with_4_lanes_on_one_partition_each_keys_effects_happen_once_and_in_offs
     effects_table(&stage).await;
     stage.produce(spread(&stage, 1, 400, 50)).await;
     let host = lanes_host(&stage, "4", &[]);
-    wait_until("all 400 effects", LONG, || async {
-        effect_count(&stage).await >= 400
-    })
-    .await;
-    wait_until(
-        "the partition's offset committed past every record",
-        LONG,
-        || async { stage.committed(0).await == Some(400) },
-    )
-    .await;
+    all_done(&stage, 1, 400).await;
     once_each_in_key_order(&stage, 400).await;
     // The lanes ran side by side: two transactions were open at once (each
     // began before the other wrote).
@@ -181,14 +185,7 @@ async fn a_failing_record_holds_only_its_keys_lane_and_the_stored_offset_never_p
     );
 
     stage.db.execute("INSERT INTO gate VALUES (1)").await;
-    wait_until("every record handled once the gate opens", LONG, || async {
-        effect_count(&stage).await >= 201
-    })
-    .await;
-    wait_until("the offset committed past every record", LONG, || async {
-        stage.committed(0).await == Some(201)
-    })
-    .await;
+    all_done(&stage, 1, 201).await;
     assert_eq!(effect_count(&stage).await, 201);
 }
 
@@ -204,14 +201,7 @@ async fn kill_9_mid_run_with_lanes_loses_and_doubles_no_effect_and_keeps_each_ke
     .await;
     first.kill_hard();
     let _second = lanes_host(&stage, "8", &[]);
-    wait_until("all 600 effects after the restart", LONG, || async {
-        effect_count(&stage).await >= 600
-    })
-    .await;
-    wait_until("the offset committed past every record", LONG, || async {
-        stage.committed(0).await == Some(600)
-    })
-    .await;
+    all_done(&stage, 1, 600).await;
     once_each_in_key_order(&stage, 600).await;
 }
 
@@ -234,16 +224,7 @@ async fn a_rebalance_with_lanes_drains_them_and_the_new_owner_goes_on_in_key_ord
     })
     .await;
     stage.produce(late.to_vec()).await;
-    wait_until("all 800 effects", LONG, || async {
-        effect_count(&stage).await >= 800
-    })
-    .await;
-    wait_until(
-        "both partitions committed past every record",
-        LONG,
-        || async { stage.committed_total(2).await == 800 },
-    )
-    .await;
+    all_done(&stage, 2, 800).await;
     once_each_in_key_order(&stage, 800).await;
     let hosts = stage
         .db
@@ -266,16 +247,6 @@ fn lanes_refuse_at_most_once_and_out_of_range_counts_with_the_flag() {
             "--lane-lookahead must be at least --key-lanes",
         ),
     ] {
-        let out = host::run(
-            &[
-                &["--plugin", "x.wasm", "--group", "g", "--topic", "t"],
-                args,
-            ]
-            .concat(),
-            &[("DATABASE_URL", "postgres://nobody@127.0.0.1:1/none")],
-        );
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(!out.status.success(), "{args:?}");
-        assert!(stderr.contains(said), "{args:?}: {stderr}");
+        host::refuses(&[&host::MAIN_JOB[..], args].concat(), said);
     }
 }

@@ -386,28 +386,10 @@ fn numbers_out_of_range_are_refused_with_the_flag_not_a_panic() {
             "--guest-memory-mib must be at most 4096",
         ),
     ] {
-        let out = host::run(
-            &[
-                &["--plugin", "x.wasm", "--group", "g", "--topic", "t"],
-                args,
-            ]
-            .concat(),
-            &[("DATABASE_URL", "postgres://nobody@127.0.0.1:1/none")],
-        );
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(!out.status.success(), "{args:?}");
-        assert!(stderr.contains(said), "{args:?}: {stderr}");
-        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+        host::refuses(&[&host::MAIN_JOB[..], args].concat(), said);
     }
     for since in ["5é", "9223372036854775807d"] {
-        let out = host::run(
-            &["dead-letters", "list", "--since", since],
-            &[("DATABASE_URL", "postgres://nobody@127.0.0.1:1/none")],
-        );
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(!out.status.success(), "{since}");
-        assert!(stderr.contains("--since"), "{since}: {stderr}");
-        assert!(!stderr.contains("panicked"), "{since}: {stderr}");
+        host::refuses(&["dead-letters", "list", "--since", since], "--since");
     }
 }
 

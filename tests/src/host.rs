@@ -25,6 +25,23 @@ pub fn run(args: &[&str], env: &[(&str, &str)]) -> Output {
     command(args, env).output().expect("running inbox-host")
 }
 
+/// Runs `inbox-host <args>` against a database nobody listens on and asserts
+/// it refuses them before reaching it: a failing exit, `said` on stderr, no
+/// panic.
+pub fn refuses(args: &[&str], said: &str) {
+    let out = run(
+        args,
+        &[("DATABASE_URL", "postgres://nobody@127.0.0.1:1/none")],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{args:?}");
+    assert!(stderr.contains(said), "{args:?}: {stderr}");
+    assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+}
+
+/// The main job's required flags, for a run that is to be refused.
+pub const MAIN_JOB: [&str; 6] = ["--plugin", "x.wasm", "--group", "g", "--topic", "t"];
+
 fn command(args: &[&str], env: &[(&str, &str)]) -> Command {
     let mut command = Command::new(bin());
     command.args(args);
